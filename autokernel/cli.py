@@ -1,0 +1,90 @@
+"""The `autokernel` command. Each sub-command lives with its stage; this file only parses and dispatches."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from autokernel.errors import UserError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="Profile an LLM engine, rewrite its Triton kernels with an agent, prove and measure each.")
+
+
+@app.command()
+def generate(
+    prompt: str = typer.Argument(..., help="Prompt text; wrapped in the model's chat template unless --raw."),
+    kernels: str = typer.Option("triton", help="Op implementations: reference (torch) or triton."),
+    model: Optional[Path] = typer.Option(None, help="A llama-architecture GGUF; default: embedded SmolLM2-135M."),
+    weights: str = typer.Option("quant", help="quant: keep Q4_1/Q8_0 blocks; dequant: expand at load."),
+    max_new_tokens: int = typer.Option(64, min=1, help="Upper bound on generated tokens."),
+    temperature: float = typer.Option(0.0, min=0.0, help="0 is greedy."),
+    top_k: int = typer.Option(0, min=0, help="Sample among the k most likely tokens (0: off)."),
+    top_p: float = typer.Option(1.0, min=0.0, max=1.0, help="Nucleus sampling mass."),
+    seed: Optional[int] = typer.Option(None, help="Seed for sampling."),
+    chat: bool = typer.Option(True, "--chat/--raw", help="Apply the chat template."),
+):
+    """Generate text with the live engine, streaming tokens as they come."""
+    from autokernel.engine import open_engine
+    from autokernel.engine.generate import Sampling, generate as run_generation
+    eng = open_engine(model, kernels=kernels, weights=weights)
+    ids = eng.encode_prompt(prompt, chat)
+    shown = ""
+    new: list[int] = []
+
+    def stream(_row: int, token: int) -> None:
+        nonlocal shown
+        new.append(token)
+        text = eng.tokenizer.decode(new)
+        if not text.endswith("\ufffd"):  # wait for the rest of a multi-byte character
+            sys.stdout.write(text[len(shown):])
+            sys.stdout.flush()
+            shown = text
+
+    g = run_generation(eng.model, eng.tokenizer, [ids], max_new_tokens,
+                       Sampling(temperature, top_k, top_p, seed), on_token=stream)
+    sys.stdout.write("\n")
+    n = len(g.new_ids[0])
+    tps = g.decode_steps / g.decode_s if g.decode_s > 0 else float("nan")
+    typer.echo(f"[{kernels} kernels, {weights} weights, {len(ids)} prompt + {n} new tokens; prefill "
+               f"{g.prefill_s:.2f} s, decode {tps:.2f} tok/s]", err=True)
+
+
+def _register_optional() -> None:
+    """Stages that live in their own packages register their commands here."""
+    import importlib
+    for module in ("autokernel.gate.command", "autokernel.bench.command", "autokernel.profile.command",
+                   "autokernel.agent.command", "autokernel.policy_command"):
+        try:
+            mod = importlib.import_module(module)
+        except ModuleNotFoundError as e:
+            if e.name and module.startswith(e.name):
+                continue  # that stage is not installed in this build
+            raise
+        register = getattr(mod, "register", None)
+        if register:
+            register(app)
+
+
+def main() -> None:
+    _register_optional()
+    try:
+        app(standalone_mode=False)
+    except UserError as e:
+        typer.echo(f"autokernel: error: {e}", err=True)
+        sys.exit(e.exit_code)
+    except KeyboardInterrupt:
+        typer.echo("autokernel: interrupted", err=True)
+        sys.exit(130)
+    except SystemExit:
+        raise
+    except Exception as e:  # click's usage errors arrive here in non-standalone mode
+        import click
+        if isinstance(e, click.exceptions.ClickException):
+            e.show()
+            sys.exit(2)
+        if isinstance(e, click.exceptions.Abort):
+            sys.exit(130)
+        raise

@@ -1,0 +1,59 @@
+"""Op slots: which implementation serves each op — the torch reference, our Triton kernel, or one override.
+
+The override is the hook the gate and the profiler use to swap in one candidate. Loading a candidate file executes
+it, so overrides are only ever loaded inside the sandbox (DESIGN.md trust rule 2).
+"""
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from pathlib import Path
+from typing import Any, Callable
+
+from autokernel import ops as opspecs
+from autokernel.errors import UserError
+
+BACKENDS = ("reference", "triton")
+# observer(op, site, fn, args) -> result: wraps every call (profiler, tracer); None means call straight through
+Observer = Callable[[str, str, Callable, tuple], Any]
+
+
+def load_file(op: str, path: str | Path) -> Callable:
+    """The launcher `op` from a kernel file at `path` (a candidate replacing kernels/<op>.py)."""
+    path = Path(path)
+    spec = importlib.util.spec_from_file_location(f"autokernel_candidate_{op}", path)
+    if spec is None or spec.loader is None:
+        raise UserError(f"{path}: cannot be loaded as a Python module")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    fn = getattr(module, op, None)
+    if not callable(fn):
+        raise UserError(f"{path}: defines no launcher function {op!r}")
+    return fn
+
+
+def load_launcher(op: str, backend: str) -> Callable:
+    if backend == "reference":
+        return opspecs.get(op).reference
+    if backend == "triton":
+        return getattr(importlib.import_module(f"kernels.{op}"), op)
+    raise UserError(f"unknown kernels backend {backend!r}: use one of {', '.join(BACKENDS)}")
+
+
+class OpTable:
+    def __init__(self, backend: str = "triton", overrides: dict[str, str | Path | Callable] | None = None):
+        if backend not in BACKENDS:
+            raise UserError(f"unknown kernels backend {backend!r}: use one of {', '.join(BACKENDS)}")
+        self.backend = backend
+        self.launchers: dict[str, Callable] = {op: load_launcher(op, backend) for op in opspecs.OPS}
+        for op, impl in (overrides or {}).items():
+            if op not in self.launchers:
+                raise UserError(f"override for unknown op {op!r}; known ops: {', '.join(opspecs.OPS)}")
+            self.launchers[op] = impl if callable(impl) else load_file(op, impl)
+        self.observer: Observer | None = None
+
+    def __call__(self, op: str, site: str, *args):
+        fn = self.launchers[op]
+        if self.observer is not None:
+            return self.observer(op, site, fn, args)
+        return fn(*args)

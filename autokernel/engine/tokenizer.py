@@ -1,0 +1,56 @@
+"""Byte-level BPE tokenizer rebuilt from GGUF metadata (vocab + merges), with special tokens and the chat template."""
+from __future__ import annotations
+
+import jinja2.sandbox
+from tokenizers import AddedToken, Tokenizer as HFTokenizer, decoders, models, pre_tokenizers
+
+from autokernel.errors import UserError
+
+CONTROL = 3  # GGUF token_type of control tokens (<|im_start|>, <|im_end|>, <|endoftext|>, ...)
+# llama.cpp's 'smollm' pre-tokenizer: digits split one by one, then GPT-2 byte-level regex.
+PRE_TOKENIZERS = {
+    "smollm": lambda: pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True),
+                                               pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)]),
+    "gpt2": lambda: pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
+}
+
+
+class Tokenizer:
+    def __init__(self, fields: dict, source: str = "model"):
+        if fields.get("tokenizer.ggml.model") != "gpt2":
+            raise UserError(f"{source}: tokenizer model {fields.get('tokenizer.ggml.model')!r} is not supported; "
+                            "autokernel reads byte-level BPE ('gpt2') tokenizers")
+        tokens = list(fields["tokenizer.ggml.tokens"])
+        merges = [tuple(m.split(" ", 1)) for m in fields.get("tokenizer.ggml.merges", [])]
+        types = list(fields.get("tokenizer.ggml.token_type", [1] * len(tokens)))
+        tok = HFTokenizer(models.BPE(vocab={t: i for i, t in enumerate(tokens)}, merges=merges))
+        pre = fields.get("tokenizer.ggml.pre", "gpt2")
+        tok.pre_tokenizer = PRE_TOKENIZERS.get(pre, PRE_TOKENIZERS["gpt2"])()
+        tok.decoder = decoders.ByteLevel()
+        specials = [tokens[i] for i, t in enumerate(types) if t == CONTROL]
+        tok.add_special_tokens([AddedToken(s, special=True, normalized=False) for s in specials])
+        self._tok = tok
+        self.vocab_size = len(tokens)
+        self.bos_id = fields.get("tokenizer.ggml.bos_token_id")
+        self.eos_id = int(fields.get("tokenizer.ggml.eos_token_id", 0))
+        self.pad_id = int(fields.get("tokenizer.ggml.padding_token_id", self.eos_id))
+        im_end = tok.token_to_id("<|im_end|>")
+        self.stop_ids = frozenset(i for i in (self.eos_id, im_end) if i is not None)
+        self.chat_template = fields.get("tokenizer.chat_template")
+
+    def encode(self, text: str) -> list[int]:
+        return self._tok.encode(text, add_special_tokens=False).ids
+
+    def decode(self, ids: list[int], skip_special: bool = True) -> str:
+        return self._tok.decode(list(ids), skip_special_tokens=skip_special)
+
+    def id_of(self, token: str) -> int | None:
+        return self._tok.token_to_id(token)
+
+    def chat(self, prompt: str) -> str:
+        """The instruct prompt: the model's own chat template, a user turn, then the assistant's opening."""
+        messages = [{"role": "user", "content": prompt}]
+        if not self.chat_template:
+            return f"<|im_start|>user\n{prompt}<|im_end|>\n<|im_start|>assistant\n"
+        env = jinja2.sandbox.ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+        return env.from_string(self.chat_template).render(messages=messages, add_generation_prompt=True)

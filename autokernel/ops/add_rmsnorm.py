@@ -1,0 +1,40 @@
+"""add_rmsnorm: h = residual + x, y = rmsnorm(h) * w (the residual add closing a block, then the next ffn_norm)."""
+import torch
+
+from autokernel.ops.spec import OpSpec, Shape, elem_size, sample
+
+HIDDEN = 576
+
+
+def reference(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
+              eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    h = residual + x  # in x's dtype: the residual stream is stored rounded
+    rstd = torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+    return h * rstd * weight, h
+
+
+def make_inputs(shape: Shape, dtype, device, gen, dist="normal"):
+    M, N = shape["M"], shape["N"]
+    return {"x": sample((M, N), dtype, device, gen, dist),
+            "residual": sample((M, N), dtype, device, gen, dist),
+            "weight": (1.0 + 0.2 * torch.randn(N, generator=gen)).to(dtype=dtype, device=device),
+            "eps": 1e-5}
+
+
+def shape_of(x, residual, weight, eps) -> Shape:
+    return {"M": x.numel() // x.shape[-1], "N": x.shape[-1]}
+
+
+SPEC = OpSpec(
+    name="add_rmsnorm",
+    reference=reference,
+    make_inputs=make_inputs,
+    shape_of=shape_of,
+    flops=lambda s: 5 * s["M"] * s["N"],
+    bytes_moved=lambda s, dt: (4 * s["M"] * s["N"] + s["N"]) * elem_size(dt),
+    model_shapes=({"M": 1, "N": HIDDEN}, {"M": 4, "N": HIDDEN}, {"M": 96, "N": HIDDEN}),
+    odd_shapes=({"M": 3, "N": 431}, {"M": 1, "N": 6}, {"M": 123, "N": 1823}),
+    doc="Residual add then RMSNorm, fused: h = residual + x (rounded to x's dtype), y = h / sqrt(mean(h^2, -1) + "
+        "eps) * weight over the last dim of x, residual (..., N), weight (N,). Returns the tuple (y, h) of new "
+        "tensors in x's dtype; accumulate in float32.",
+)

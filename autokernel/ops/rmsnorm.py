@@ -1,0 +1,36 @@
+"""rmsnorm: y = x / sqrt(mean(x^2) + eps) * w over the hidden dim (llama's attn_norm of layer 0)."""
+import torch
+
+from autokernel.ops.spec import OpSpec, Shape, elem_size, sample
+
+HIDDEN = 576
+
+
+def reference(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    rstd = torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+    return x * rstd * weight
+
+
+def make_inputs(shape: Shape, dtype, device, gen, dist="normal"):
+    M, N = shape["M"], shape["N"]
+    return {"x": sample((M, N), dtype, device, gen, dist),
+            "weight": (1.0 + 0.2 * torch.randn(N, generator=gen)).to(dtype=dtype, device=device),
+            "eps": 1e-5}
+
+
+def shape_of(x, weight, eps) -> Shape:
+    return {"M": x.numel() // x.shape[-1], "N": x.shape[-1]}
+
+
+SPEC = OpSpec(
+    name="rmsnorm",
+    reference=reference,
+    make_inputs=make_inputs,
+    shape_of=shape_of,
+    flops=lambda s: 4 * s["M"] * s["N"],
+    bytes_moved=lambda s, dt: (2 * s["M"] * s["N"] + s["N"]) * elem_size(dt),
+    model_shapes=({"M": 1, "N": HIDDEN}, {"M": 4, "N": HIDDEN}, {"M": 96, "N": HIDDEN}),
+    odd_shapes=({"M": 3, "N": 431}, {"M": 1, "N": 6}, {"M": 123, "N": 1823}),
+    doc="Root-mean-square normalisation of each row of x (..., N), then an elementwise scale by weight (N,). "
+        "Accumulate in float32; the output has x's dtype.",
+)

