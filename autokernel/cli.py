@@ -13,6 +13,11 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Profile an LLM engine, rewrite its Triton kernels with an agent, prove and measure each.")
 
 
+@app.callback()
+def _root() -> None:
+    """autokernel: every sub-command exits 0 on success, 1 on a clean negative, 2 on bad input."""
+
+
 @app.command()
 def generate(
     prompt: str = typer.Argument(..., help="Prompt text; wrapped in the model's chat template unless --raw."),
