@@ -1,5 +1,5 @@
 # SwiGLU's gate: silu(gate) * up, elementwise over flat BLOCK-sized chunks. Bandwidth-bound at any size (SmolLM2:
-# (M, 1536)); inputs whose last dim is strided (not unit-stride) are copied to contiguous first.
+# (M, 1536)); non-contiguous inputs (e.g. the halves of a fused gate_up output) are copied to contiguous first.
 import torch
 import triton
 import triton.language as tl

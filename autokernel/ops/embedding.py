@@ -14,7 +14,8 @@ def make_ids(B: int, T: int, V: int, device, gen) -> torch.Tensor:
     """Random ids (B, T) int32 that include the table's first and last rows (off-by-one and bounds bugs)."""
     ids = torch.randint(0, V, (B * T,), generator=gen, dtype=torch.int32)
     ids[0] = V - 1
-    ids[-1] = 0 if B * T > 1 else ids[-1]
+    if B * T > 1:
+        ids[-1] = 0
     return ids.reshape(B, T).to(device)
 
 

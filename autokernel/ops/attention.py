@@ -1,0 +1,64 @@
+"""attention: causal prefill attention with grouped-query heads over left-padded rows (SmolLM2-135M: 9 query heads
+share 3 kv heads, head dim 64)."""
+import torch
+
+from autokernel.ops.spec import OpSpec, Shape, elem_size, sample
+
+HQ, HKV, HEAD_DIM = 9, 3, 64
+
+
+def reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_start: torch.Tensor,
+              scale: float) -> torch.Tensor:
+    B, Hq, T, D = q.shape
+    group = Hq // k.shape[1]
+    k = k.repeat_interleave(group, dim=1)  # (B, Hq, T, D)
+    v = v.repeat_interleave(group, dim=1)
+    pos = torch.arange(T, device=q.device)
+    visible = (pos[None, :] <= pos[:, None]) & (pos[None, None, :] >= kv_start.to(q.device)[:, None, None])
+    visible = visible[:, None]  # (B, 1, T, T): key j visible to query i iff kv_start[b] <= j <= i
+    s = (q @ k.transpose(-1, -2)) * scale
+    p = torch.softmax(s.masked_fill(~visible, float("-inf")), dim=-1)
+    p = p.masked_fill(~visible.any(-1, keepdim=True), 0.0)  # pad rows see no key: output 0, not NaN
+    return p @ v
+
+
+def make_inputs(shape: Shape, dtype, device, gen, dist="normal"):
+    """q, k, v as the engine makes them: (B, T, H, D) projections viewed as (B, H, T, D), so not contiguous.
+    Row 0 is unpadded; the others are left-padded by up to half their length, the last by at least one."""
+    B, Hq, Hkv, T, D = shape["B"], shape["Hq"], shape["Hkv"], shape["T"], shape["D"]
+    q = sample((B, T, Hq, D), dtype, device, gen, dist).transpose(1, 2)
+    k = sample((B, T, Hkv, D), dtype, device, gen, dist).transpose(1, 2)
+    v = sample((B, T, Hkv, D), dtype, device, gen, dist).transpose(1, 2)
+    kv_start = torch.randint(0, T // 2 + 1, (B,), generator=gen, dtype=torch.int32)
+    kv_start[0] = 0
+    if B > 1 and T > 1:
+        kv_start[-1] = max(int(kv_start[-1]), 1)
+    return {"q": q, "k": k, "v": v, "kv_start": kv_start.to(device), "scale": D ** -0.5}
+
+
+def shape_of(q, k, v, kv_start, scale) -> Shape:
+    B, Hq, T, D = q.shape
+    return {"B": B, "Hq": Hq, "Hkv": k.shape[1], "T": T, "D": D}
+
+
+def _flops(s: Shape) -> int:  # q k^T and p v over the causal half (pad rows counted as if real)
+    return 4 * s["B"] * s["Hq"] * (s["T"] * (s["T"] + 1) // 2) * s["D"]
+
+
+SPEC = OpSpec(
+    name="attention",
+    reference=reference,
+    make_inputs=make_inputs,
+    shape_of=shape_of,
+    flops=_flops,
+    bytes_moved=lambda s, dt: (2 * s["Hq"] + 2 * s["Hkv"]) * s["B"] * s["T"] * s["D"] * elem_size(dt),
+    model_shapes=({"B": 1, "Hq": HQ, "Hkv": HKV, "T": 64, "D": HEAD_DIM},
+                  {"B": 4, "Hq": HQ, "Hkv": HKV, "T": 24, "D": HEAD_DIM}),
+    odd_shapes=({"B": 3, "Hq": 6, "Hkv": 2, "T": 77, "D": 48}, {"B": 2, "Hq": 4, "Hkv": 1, "T": 1, "D": 16},
+                {"B": 2, "Hq": 3, "Hkv": 3, "T": 130, "D": 64}),
+    doc="Causal prefill attention with grouped-query heads: q (B, Hq, T, D), k and v (B, Hkv, T, D), possibly "
+        "non-contiguous views; kv_start int32 (B,) marks left padding. Query head h reads kv head h // (Hq // Hkv); "
+        "key j is visible to query i iff kv_start[b] <= j <= i. out = softmax(q k^T * scale over visible keys) v, "
+        "(B, Hq, T, D) in q's dtype; query rows with no visible key (i < kv_start[b]) are exactly 0. Accumulate in "
+        "float32 with an online softmax.",
+)

@@ -1,0 +1,57 @@
+"""rope: rotary position embedding of q (H=9) or k (H=3) heads, GGUF llama layout (adjacent pairs rotate)."""
+import torch
+
+from autokernel.ops.spec import OpSpec, Shape, elem_size, sample
+
+N_HEAD, N_HEAD_KV, HEAD_DIM, THETA = 9, 3, 64, 100000.0
+
+
+def reference(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor:
+    # Angles, cos and sin in float32 at least (as llama.cpp and HF do; a bf16 angle at position 1000 is off by ~4 rad),
+    # float64 for the upcast truth; the rotated values are rounded to x's dtype once.
+    cdt = torch.promote_types(x.dtype, torch.float32)
+    D = x.shape[-1]
+    inv_freq = theta ** (-torch.arange(0, D, 2, dtype=cdt, device=x.device) / D)  # (D/2,)
+    angle = positions.to(cdt)[:, :, None, None] * inv_freq  # (B, T, 1, D/2)
+    cos, sin = angle.cos(), angle.sin()
+    x0, x1 = x[..., 0::2].to(cdt), x[..., 1::2].to(cdt)  # (B, T, H, D/2) each
+    out = torch.stack((x0 * cos - x1 * sin, x0 * sin + x1 * cos), dim=-1).flatten(-2)  # re-interleave the pairs
+    return out.to(x.dtype)
+
+
+def make_positions(B: int, T: int, device, gen) -> torch.Tensor:
+    """(B, T) int32 positions of a left-padded batch: row b starts at a past length in [0, 1024) after pad_b pads."""
+    start = torch.randint(0, 1024, (B, 1), generator=gen)
+    pad = torch.randint(0, T // 2 + 1, (B, 1), generator=gen)
+    pos = (torch.arange(T)[None, :] - pad).clamp(min=0) + start
+    return pos.to(dtype=torch.int32, device=device)
+
+
+def make_inputs(shape: Shape, dtype, device, gen, dist="normal"):
+    """x is the q (or k) slice of a fused qkv activation: a strided view, as the engine hands it over."""
+    B, T, H, D = shape["B"], shape["T"], shape["H"], shape["D"]
+    qkv = sample((B, T, H + 2, D), dtype, device, gen, dist)
+    return {"x": qkv[:, :, 1:H + 1, :], "positions": make_positions(B, T, device, gen), "theta": THETA}
+
+
+def shape_of(x, positions, theta) -> Shape:
+    B, T, H, D = x.shape
+    return {"B": B, "T": T, "H": H, "D": D}
+
+
+SPEC = OpSpec(
+    name="rope",
+    reference=reference,
+    make_inputs=make_inputs,
+    shape_of=shape_of,
+    flops=lambda s: 3 * s["B"] * s["T"] * s["H"] * s["D"],  # 4 mul + 2 add per pair
+    bytes_moved=lambda s, dt: s["B"] * s["T"] * (2 * s["H"] * s["D"] * elem_size(dt) + 4),
+    model_shapes=({"B": 1, "T": 1, "H": N_HEAD, "D": HEAD_DIM}, {"B": 4, "T": 1, "H": N_HEAD, "D": HEAD_DIM},
+                  {"B": 4, "T": 24, "H": N_HEAD, "D": HEAD_DIM}, {"B": 4, "T": 24, "H": N_HEAD_KV, "D": HEAD_DIM}),
+    odd_shapes=({"B": 1, "T": 1, "H": 1, "D": 2}, {"B": 3, "T": 7, "H": 5, "D": 42},
+                {"B": 2, "T": 43, "H": 3, "D": 6}),
+    doc="Rotary position embedding, GGUF llama layout: x (B, T, H, D), possibly a strided view, positions (B, T) "
+        "int32 (left-padded batches: rows differ), theta (100000.0). Adjacent pairs rotate: with angle = "
+        "pos * theta ** (-2i / D), out[..., 2i] = x[2i] cos - x[2i+1] sin, out[..., 2i+1] = x[2i] sin + "
+        "x[2i+1] cos. Angles in float32; returns a new contiguous tensor in x's dtype.",
+)

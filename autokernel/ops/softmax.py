@@ -1,0 +1,35 @@
+"""softmax: next-token probabilities softmax(logits / temperature) over the vocab, for sampling."""
+import torch
+
+from autokernel.ops.spec import OpSpec, Shape, elem_size, sample
+
+VOCAB, TEMPERATURE = 49152, 0.7
+
+
+def reference(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    # float32 at least: sampling reads float32 probabilities whatever the logits' dtype (float64 for the truth)
+    return torch.softmax(logits.to(torch.promote_types(logits.dtype, torch.float32)) / temperature, dim=-1)
+
+
+def make_inputs(shape: Shape, dtype, device, gen, dist="normal"):
+    return {"logits": sample((shape["M"], shape["V"]), dtype, device, gen, dist), "temperature": TEMPERATURE}
+
+
+def shape_of(logits, temperature) -> Shape:
+    return {"M": logits.shape[0], "V": logits.shape[1]}
+
+
+SPEC = OpSpec(
+    name="softmax",
+    reference=reference,
+    make_inputs=make_inputs,
+    shape_of=shape_of,
+    flops=lambda s: 5 * s["M"] * s["V"],  # divide, subtract, exp, add; divide again in the second pass
+    bytes_moved=lambda s, dt: s["M"] * s["V"] * (2 * elem_size(dt) + 4),  # logits read twice, float32 probs written
+    model_shapes=({"M": 1, "V": VOCAB}, {"M": 4, "V": VOCAB}),
+    odd_shapes=({"M": 3, "V": 431}, {"M": 1, "V": 6}, {"M": 2, "V": 1823}, {"M": 1, "V": 1}),
+    doc="Softmax over the last dim of logits (M, V) divided by temperature (> 0): probs = exp(z - max z) / "
+        "sum(exp(z - max z)) with z = logits / temperature, numerically stable (subtract the row max). V can be "
+        "far larger than one block (49152), so stream the row (online max and sum). probs are float32 whatever "
+        "the logits' dtype; accumulate in float32.",
+)
