@@ -44,7 +44,10 @@ class E2E(_Section):
     repeat_run: int = Field(4, ge=2)
     """A run of this many identical tokens in a greedy generation fails the candidate unless the baseline had it."""
     max_new_tokens: int = Field(16, ge=1)
-    """Free-running greedy tokens per prompt for the repetition guard."""
+    """Greedy tokens per prompt: the baseline's continuation is teacher-forced, the candidate's runs free."""
+    prompts: list[str] = ["What is the capital of France?", "Write a Python function that reverses a string.",
+                          "Name three colors of the rainbow."]
+    """Fixed chat prompts for the end-to-end check (short: each check runs the whole model twice)."""
 
 
 class Bench(_Section):
@@ -79,6 +82,11 @@ class Agent(_Section):
     """Stop early once a candidate reaches this fraction of the roofline."""
     top_k_ops: int = Field(1, ge=1)
     """How many ranked ops `autokernel run` works on when no --op is given."""
+    max_output_tokens: int = Field(8192, ge=256)
+    """Largest reply per model call, tokens: a full kernel file plus a short rationale fits in a few thousand."""
+    prices: dict[str, tuple[float, float]] = {}
+    """USD per million [input, output] tokens by model name (prefix match), over the built-in table in
+    autokernel/agent/prices.yaml; a model in neither is budgeted at a deliberately high rate."""
 
 
 class Sandbox(_Section):

@@ -1,0 +1,108 @@
+"""End-to-end stage: swap the candidate into the live engine for one op and watch the model itself.
+
+Teacher-forced on the baseline's own tokens (prompt + its greedy continuation), per-token KL(baseline || candidate)
+and top-1 agreement; then a free-running greedy generation with a repetition guard (a run of one token where the
+baseline had none is the classic signature of a race in an attention or cache kernel). The baseline is the
+unmodified engine (trusted, run here and cached); the candidate engine runs only in the sandbox.
+
+Which engine: on CUDA every other op runs its Triton kernel. On CPU every other op runs its torch reference: the
+Triton interpreter needs tens of seconds per forward of the full model, and only the swapped op is under test; the
+baseline is that same engine with no op swapped.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from pathlib import Path
+
+import torch
+
+from autokernel import device, sandbox
+from autokernel.engine.divergence import Divergence, divergence, longest_run
+from autokernel.gate.verdict import StageResult
+from autokernel.policy import Policy
+
+ROOT = Path(__file__).resolve().parents[2]
+CACHE = ROOT / "sandbox" / "cache"
+
+
+def backend() -> str:
+    """The implementation of every op other than the one under test (see the module docstring)."""
+    return "triton" if device.is_cuda() else "reference"
+
+
+def _key(policy: Policy) -> str:
+    from autokernel.engine.gguf_model import embedded_model_path
+    model = Path(policy.target.model) if policy.target.model else embedded_model_path()
+    h = hashlib.sha256()
+    h.update(json.dumps([str(model), model.stat().st_size, policy.target.weights, policy.e2e.prompts,
+                         policy.e2e.max_new_tokens, backend(), device.kind()]).encode())
+    for f in sorted((ROOT / "kernels").glob("*.py")):
+        h.update(f.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def baseline(policy: Policy) -> dict:
+    """The unmodified engine's greedy continuations, teacher-forced logits and noise floor (cached on disk)."""
+    path = CACHE / f"e2e-{_key(policy)}.pt"
+    if path.exists():
+        return torch.load(path, weights_only=True)
+    from autokernel.engine import open_engine
+    from autokernel.gate.e2e_child import greedy, teacher_forced
+    eng = open_engine(policy.target.model, kernels=backend(), weights=policy.target.weights)
+    rows = [eng.encode_prompt(p) for p in policy.e2e.prompts]
+    new = greedy(eng, rows, policy.e2e.max_new_tokens)
+    seqs = [r + n for r, n in zip(rows, new)]
+    logits, mask = teacher_forced(eng, seqs)
+    # noise floor: the same engine, each sequence alone instead of batched (different padding, same math)
+    alone = [teacher_forced(eng, [s])[0][0] for s in seqs]
+    T = logits.shape[1]
+    floor = _div_rows(logits, mask, [torch.nn.functional.pad(a, (0, 0, T - a.shape[0], 0)) for a in alone])
+    out = {"seqs": seqs, "prompt_lens": [len(r) for r in rows], "new": new, "logits": logits, "mask": mask,
+           "floor": torch.tensor([floor.kl_mean, floor.kl_p99, floor.kl_max, floor.top1])}
+    CACHE.mkdir(parents=True, exist_ok=True)
+    torch.save(out, path)
+    return out
+
+
+def _div_rows(logits: torch.Tensor, mask: torch.Tensor, other_rows: list[torch.Tensor]) -> Divergence:
+    return divergence(logits, torch.stack(other_rows), mask)
+
+
+def stage(op: str, candidate: Path, policy: Policy, job_dir: Path | None = None) -> StageResult:
+    """The gate's end-to-end stage for `candidate` (the gate's own copy of the file) in slot `op`."""
+    t0 = time.perf_counter()
+    job_dir = job_dir or candidate.parent / "e2e"
+    job_dir.mkdir(parents=True, exist_ok=True)
+    base = baseline(policy)
+    payload = {"op": op, "candidate": str(candidate), "model": policy.target.model, "backend": backend(),
+               "weights": policy.target.weights, "seqs": base["seqs"], "prompt_lens": base["prompt_lens"],
+               "max_new_tokens": policy.e2e.max_new_tokens}
+    res = sandbox.run("autokernel.gate.e2e_child:run", payload, job_dir, policy.sandbox)
+    if not res.ok:
+        return StageResult.fail("e2e", res.reason or "sandbox.error", res.detail)
+    logits = torch.load(job_dir / "e2e_logits.pt", weights_only=True)
+    if logits.shape != base["logits"].shape:
+        return StageResult.fail("e2e", "e2e.bad_output", f"logits {tuple(logits.shape)} from the candidate "
+                                f"engine, expected {tuple(base['logits'].shape)}")
+    d = divergence(base["logits"], logits, base["mask"])
+    floor = dict(zip(("kl_mean", "kl_p99", "kl_max", "top1"), base["floor"].tolist()))
+    runs = [(longest_run(b), longest_run(c)) for b, c in zip(base["new"], res.data["new"])]
+    e, m = policy.e2e, {"kl_mean": d.kl_mean, "kl_p99": d.kl_p99, "kl_max": d.kl_max, "top1": d.top1,
+                        "positions": d.positions, "noise_floor": floor, "repeat_runs": runs,
+                        "elapsed_s": round(time.perf_counter() - t0, 2)}
+    if not all(map(torch.isfinite, (torch.tensor(d.kl_mean), torch.tensor(d.kl_max)))):
+        return StageResult.fail("e2e", "e2e.kl_exceeded", "non-finite KL: the candidate engine produced NaN/Inf", **m)
+    for stat, limit in (("kl_mean", e.kl_mean_max), ("kl_p99", e.kl_p99_max), ("kl_max", e.kl_max_max)):
+        if m[stat] > limit:
+            return StageResult.fail("e2e", "e2e.kl_exceeded", f"{stat} {m[stat]:.3g} nats > policy {limit:g} "
+                                    f"(noise floor {floor[stat]:.2g})", **m)
+    if d.top1 < e.top1_min:
+        return StageResult.fail("e2e", "e2e.top1", f"top-1 agreement {d.top1:.3f} < policy {e.top1_min}", **m)
+    for i, (b, c) in enumerate(runs):
+        if c >= e.repeat_run and b < e.repeat_run:
+            return StageResult.fail("e2e", "e2e.degenerate_repetition", f"prompt {i}: one token repeated {c} "
+                                    f"times in a row (baseline's longest run: {b})", **m)
+    return StageResult.ok("e2e", f"KL mean {d.kl_mean:.2g} / p99 {d.kl_p99:.2g} / max {d.kl_max:.2g} nats, "
+                          f"top-1 {d.top1:.3f} over {d.positions} tokens", **m)
