@@ -1,0 +1,120 @@
+"""`autokernel bench OP [CANDIDATE.py ...] [--trace TRACE] [--json]`: exit 0 a candidate accepted, 1 none, 2 bad input."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from autokernel import device, policy as policy_mod
+from autokernel.bench.measure import CPU_LABEL, FileResult, IncumbentFailed, Measurement, measure
+from autokernel.bench.stats import Interval
+from autokernel.bench.trace import shapes_from_trace
+from autokernel.errors import UserError
+from autokernel.ops import OPS, get
+from autokernel.sandbox.bwrap import PROJECT
+
+
+def _cases(op: str, trace: Path | None) -> list[dict]:
+    spec = get(op)
+    default = str(device.default_dtype()).removeprefix("torch.")
+    if trace is None:  # no trace: the model's own shapes, one call each
+        return [{"shape": dict(s), "calls": 1, "dtype": default} for s in spec.model_shapes]
+    cases = shapes_from_trace(trace, op)
+    known = {str(d).removeprefix("torch.") for d in spec.dtypes}
+    for c in cases:
+        c["dtype"] = c["dtype"] or default
+        if c["dtype"] not in known:
+            raise UserError(f"{trace}: dtype '{c['dtype']}' of op '{op}' is not one of {sorted(known)}")
+    return cases
+
+
+def _check_inputs(op: str, candidates: list[Path]) -> None:
+    if op not in OPS:
+        raise UserError(f"unknown op '{op}'; known ops: {', '.join(OPS)}")
+    try:
+        get(op)
+    except ImportError as e:
+        raise UserError(f"op '{op}' has no trusted spec yet (autokernel/ops/{op}.py): {e}") from None
+    if not (PROJECT / "kernels" / f"{op}.py").is_file():
+        raise UserError(f"kernels/{op}.py: no incumbent kernel for op '{op}'")
+    for c in candidates:
+        if not Path(c).is_file():
+            raise UserError(f"{c}: no such candidate file")
+        if Path(c).suffix != ".py":
+            raise UserError(f"{c}: a candidate is a Python file replacing kernels/{op}.py")
+
+
+def bench_command(op: str, candidates: list[Path], trace: Path | None, as_json: bool, *,
+                  policy: policy_mod.Policy | None = None, job_root: Path | None = None) -> int:
+    """Benchmark kernels/OP.py against each candidate and print a table (or JSON).
+
+    `policy` defaults to ./policies.yaml when present; `job_root` (where each job's directory goes) to sandbox/.
+    """
+    candidates = [Path(c) for c in candidates]
+    try:
+        _check_inputs(op, candidates)
+        cases = _cases(op, trace)
+        if policy is None:
+            policy = policy_mod.load("policies.yaml" if Path("policies.yaml").is_file() else None)
+        m = measure(op, candidates, cases, policy, job_root or PROJECT / "sandbox")
+    except (UserError, IncumbentFailed) as e:
+        print(f"autokernel bench: {e}", file=sys.stderr)  # one line, never wrapped
+        return 2
+    if as_json:
+        print(json.dumps(m.to_dict(), indent=2, default=str))
+    else:
+        console = Console()
+        if not console.is_terminal:  # logs and pipes: rich would wrap the table at 80 columns
+            console = Console(width=160)
+        render(m, console)
+    return 0 if m.accepted else 1
+
+
+def _ci(x: Interval | None, fmt: str = ".3g") -> str:
+    return "" if x is None else f"{x.est:{fmt}} [{x.lo:{fmt}}–{x.hi:{fmt}}]"
+
+
+def render(m: Measurement, console: Console) -> None:
+    inc = m.files[0] if m.files and m.files[0].role == "incumbent" else None
+    cands = [f for f in m.files if f.role == "candidate"] or ([None] if inc else [])
+    conf = f"{m.policy['confidence']:.0%} CI"
+    for c in cands:
+        title = f"{m.op}: {Path(c.path).name} vs kernels/{m.op}.py" if c else f"{m.op}: kernels/{m.op}.py"
+        t = Table(title=f"{title} — {m.label}", title_justify="left")
+        t.caption = escape(f"[lo–hi]: {conf}")
+        for col in ("shape", "dtype", "calls", "reps", "incumbent ms", "candidate ms", "speedup", "GB/s",
+                    "GFLOP/s", "% of peak", "note"):
+            t.add_column(col, justify="left" if col in ("shape", "note") else "right",
+                         no_wrap=col != "note", overflow="fold")
+        if c is not None and c.status != "ok":
+            console.print(escape(f"{title} — {m.label}"), highlight=False)
+            console.print(f"  [red]rejected[/red] {c.status}: " + escape(c.detail), highlight=False)
+            continue
+        rows = (c or inc).shapes
+        for k, s in enumerate(rows):
+            i = inc.shapes[k] if inc and k < len(inc.shapes) else None
+            pct = "" if s.fraction_of_peak is None else f"{100 * s.fraction_of_peak:.3g}"
+            t.add_row(*map(escape, (" ".join(f"{a}={b}" for a, b in s.shape.items()), s.dtype, str(s.calls),
+                                    str(s.reps), _ci(i.median_ms) if i else "", _ci(s.median_ms) if c else "",
+                                    _ci(s.speedup, ".3f"), f"{s.gbps:.3g}", f"{s.gflops:.3g}", pct, s.implausible)))
+        if m.label == CPU_LABEL:
+            t.caption += f"; {CPU_LABEL} timings: what the interpreter does, never GPU speed"
+        console.print(t)
+        if c is not None:
+            _verdict(c, m, console)
+    if m.peak:
+        console.print(f"  peak: {m.peak['name']} {m.peak['gbps']:.4g} GB/s ({m.peak['source']}); "
+                      f"isolation: {m.isolation}", highlight=False)
+
+
+def _verdict(c: FileResult, m: Measurement, console: Console) -> None:
+    line = escape(f"  weighted speedup {_ci(c.speedup, '.3f')} ({m.policy['confidence']:.0%} CI, {m.label}): ")
+    if c.accepted:
+        console.print(line + f"[green]accepted[/green] (lower bound above {m.policy['min_speedup']:g})",
+                      highlight=False)
+    else:
+        console.print(line + f"[red]not accepted[/red] {c.reason}: " + escape(c.detail), highlight=False)

@@ -1,0 +1,65 @@
+"""Run several sandboxed jobs at once: one slot per GPU (pinned with CUDA_VISIBLE_DEVICES), else one per core.
+
+Each job gets its own Triton cache inside its job_dir (run() sets TRITON_CACHE_DIR there), not one per slot: a
+cache shared by consecutive jobs of a slot would let one candidate plant compiled kernels that the next job loads.
+"""
+from __future__ import annotations
+
+import os
+import queue
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Sequence
+
+if TYPE_CHECKING:
+    from autokernel.policy import Sandbox
+
+
+@dataclass(frozen=True)
+class Slot:
+    index: int
+    env: dict  # environment overrides for jobs in this slot (device pin, threads)
+
+
+def _visible_gpus() -> list[str]:
+    try:
+        import torch
+        n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    except Exception:  # noqa: BLE001 -- no usable torch/CUDA means CPU slots
+        n = 0
+    if n == 0:
+        return []
+    ids = [x for x in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if x.strip()]
+    return ids[:n] if len(ids) >= n else [str(i) for i in range(n)]
+
+
+def default_slots(limits: Sandbox) -> list[Slot]:
+    """policies.yaml sandbox.slots, or one per GPU, or one per core (each then gets cores // slots threads)."""
+    gpus = _visible_gpus()
+    cores = os.cpu_count() or 1
+    n = limits.slots or len(gpus) or cores
+    threads = str(max(1, cores // n))
+    if gpus:
+        return [Slot(i, {"CUDA_VISIBLE_DEVICES": gpus[i % len(gpus)], "OMP_NUM_THREADS": threads}) for i in range(n)]
+    return [Slot(i, {"OMP_NUM_THREADS": threads}) for i in range(n)]
+
+
+def run_many(jobs: Sequence[tuple[str, dict, Path]], limits: Sandbox, *, slots: Sequence[Slot] | None = None,
+             pythonpath: Sequence[Path] = ()) -> list:
+    """Run (entry, payload, job_dir) jobs on free slots, at most one job per slot at a time; results in job order."""
+    from autokernel.sandbox import run
+    slots = list(slots or default_slots(limits))
+    free: queue.Queue[Slot] = queue.Queue()
+    for s in slots:
+        free.put(s)
+
+    def one(job: tuple[str, dict, Path]):
+        slot = free.get()
+        try:
+            return run(*job, limits, pythonpath=pythonpath, env=slot.env)
+        finally:
+            free.put(slot)
+
+    with ThreadPoolExecutor(max_workers=len(slots)) as pool:
+        return list(pool.map(one, jobs))
