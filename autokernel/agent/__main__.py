@@ -1,0 +1,29 @@
+"""`python -m autokernel.agent OP [--agent ...]`: one agent session, until `autokernel run` wires it in."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from autokernel.agent.command import agent_command
+from autokernel.errors import UserError
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m autokernel.agent", description=__doc__)
+    p.add_argument("op", help="the op whose kernels/<op>.py the agent rewrites")
+    p.add_argument("--agent", choices=("search", "anthropic", "openai"), help="default: policies.yaml agent.provider")
+    p.add_argument("--model", help="model name (default: the provider's, or the server's first)")
+    p.add_argument("--base-url", help="OpenAI-compatible server (vLLM, SGLang, Ollama, llama.cpp)")
+    p.add_argument("--trace", help="traces/<run>/ whose shape corpus to optimise for (default: the spec's shapes)")
+    p.add_argument("--run-dir", help="where candidates and transcript.json go (default: sandbox/agent-...)")
+    p.add_argument("--seed", type=int, default=0, help="the offline search's seed")
+    a = p.parse_args(argv)
+    try:
+        return agent_command(a.op, a.agent, a.model, a.base_url, a.trace, a.run_dir, seed=a.seed)
+    except UserError as e:
+        print(f"autokernel: error: {e}", file=sys.stderr)
+        return e.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

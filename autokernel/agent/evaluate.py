@@ -1,0 +1,160 @@
+"""What a submitted candidate earns: the gate's verdict and, only if the gate accepts it, the benchmark's measurement.
+
+The Evaluator is a Protocol so the loop can be tested with a stub; the real one writes the candidate to
+sandbox/<run>/<sha8>/<op>.py, runs autokernel.gate.verify and then the benchmark (both run candidate code only in
+the sandbox), and answers with Feedback: the same facts a person reviewing the candidate would read. A source
+already evaluated (same sha256) is answered from memory, never evaluated again.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any, Protocol
+
+from autokernel import device
+from autokernel import ops as opspecs
+from autokernel.errors import UserError
+from autokernel.policy import Policy
+
+
+@dataclass
+class Feedback:
+    op: str
+    sha256: str  # of the candidate's source
+    verdict: str  # the gate's: 'accepted' | 'rejected'
+    reasons: list[dict] = field(default_factory=list)  # failed stages: {stage, code, detail}; [] when it passed
+    stages: list[dict] = field(default_factory=list)  # every stage run: {name, passed, reason, detail}
+    accepted: bool = False  # the gate accepted AND the benchmark measured a plausible win clearing the policy
+    speedup: float | None = None  # call-weighted over the shape corpus, incumbent time / candidate time
+    speedup_ci: list[float] | None = None  # [lo, hi] at the policy's confidence
+    pct_of_peak: float | None = None  # of the roofline, call-weighted over the corpus
+    incumbent_pct_of_peak: float | None = None
+    implausible: bool = False
+    per_shape: list[dict] = field(default_factory=list)  # {shape, calls, speedup, ci, pct_of_peak, ...}
+    device: str = ""  # 'cuda' | 'cpu-interpreter'
+    note: str = ""  # e.g. that CPU timings are interpreter timings, never GPU speed
+    path: str = ""  # where the candidate was written
+    duplicate: bool = False  # answered from memory: this exact source was evaluated before
+
+    @property
+    def summary(self) -> str:
+        if self.verdict != "accepted":
+            r = self.reasons[0] if self.reasons else {"code": "?", "detail": ""}
+            return f"rejected by the gate: {r['code']}: {r['detail']}"
+        if self.speedup is None:
+            return "passed the gate; not benchmarked" + (f" ({self.note})" if self.note else "")
+        ci = f" [{self.speedup_ci[0]:.3f}, {self.speedup_ci[1]:.3f}]" if self.speedup_ci else ""
+        pct = f", {self.pct_of_peak:.2f} % of peak" if self.pct_of_peak is not None else ""
+        why = "accepted" if self.accepted else ("implausible" if self.implausible else "no significant win")
+        return f"passed the gate; speedup {self.speedup:.3f}x{ci}{pct}: {why}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"summary": self.summary, **asdict(self)}
+
+    def to_text(self) -> str:
+        """What the model reads: the verdict as JSON, the one-line summary first."""
+        d = self.to_dict()
+        d.pop("stages")  # the failing ones are in reasons; passing ones are noise for the model
+        return json.dumps(d, indent=1, default=str)
+
+    def brief(self) -> dict[str, Any]:
+        return {"sha256": self.sha256, "verdict": self.verdict, "reason": self.reasons[0]["code"] if self.reasons
+                else None, "accepted": self.accepted, "speedup": self.speedup, "pct_of_peak": self.pct_of_peak}
+
+
+class Evaluator(Protocol):
+    def evaluate(self, op: str, source: str) -> Feedback:
+        """Judge one complete candidate file for kernels/<op>.py."""
+        ...
+
+
+def sha256(source: str) -> str:
+    return hashlib.sha256(source.encode()).hexdigest()
+
+
+def from_verdict(v: Any) -> Feedback:
+    """The gate's Verdict (autokernel.gate.verdict) as Feedback, before any measurement."""
+    stages = [{"name": s.name, "passed": s.passed, "reason": s.reason, "detail": s.detail} for s in v.stages]
+    reasons = [{"stage": s.name, "code": s.reason, "detail": s.detail} for s in v.stages if not s.passed]
+    return Feedback(op=v.op, sha256=v.candidate_sha256, verdict=v.verdict, reasons=reasons, stages=stages,
+                    device=(v.device or {}).get("kind", ""), note=(v.device or {}).get("timing_note", ""),
+                    path=str(v.candidate))
+
+
+class SandboxEvaluator:
+    """gate.verify, then (if the gate accepts) the benchmark, for candidates written under `run_dir`.
+
+    `trace` (a traces/<run>/ directory or its summary.json) gives the shapes and call weights; without one, the
+    spec's model shapes, one call each. `verify_kwargs` narrows the gate's case grid (tests only).
+    """
+
+    def __init__(self, run_dir: str | Path, policy: Policy | None = None, trace: str | Path | None = None,
+                 seed: int | None = None, verify_kwargs: dict | None = None):
+        self.run_dir, self.policy, self.trace = Path(run_dir), policy or Policy(), trace
+        self.seed, self.verify_kwargs = seed, verify_kwargs or {}
+        self.seen: dict[str, Feedback] = {}
+
+    def cases(self, op: str) -> list[dict]:
+        """[{shape, calls, dtype}] as the benchmark takes them."""
+        default = str(device.default_dtype()).removeprefix("torch.")
+        if self.trace is None:
+            return [{"shape": dict(s), "calls": 1, "dtype": default} for s in opspecs.get(op).model_shapes]
+        from autokernel.bench.trace import shapes_from_trace
+        return [{**c, "dtype": c["dtype"] or default} for c in shapes_from_trace(Path(self.trace), op)]
+
+    def evaluate(self, op: str, source: str) -> Feedback:
+        digest = sha256(source)
+        if digest in self.seen:
+            return replace(self.seen[digest], duplicate=True)
+        job = self.run_dir / digest[:8]
+        job.mkdir(parents=True, exist_ok=True)
+        path = job / f"{op}.py"
+        path.write_text(source)
+        from autokernel import gate
+        shapes = [c["shape"] for c in self.cases(op)] if self.trace is not None else None
+        verdict = gate.verify(op, path, shapes=shapes, seed=self.seed, policy=self.policy, run_dir=job,
+                              **self.verify_kwargs)
+        feedback = from_verdict(verdict)
+        feedback.sha256, feedback.path = digest, str(path)
+        if verdict.accepted:
+            measure(feedback, op, path, job, self.cases(op), self.policy)
+        (job / "feedback.json").write_text(json.dumps(feedback.to_dict(), indent=1, default=str) + "\n")
+        self.seen[digest] = feedback
+        return feedback
+
+
+def _pct(shapes: list) -> float | None:
+    """Call-weighted % of peak over a file's shapes: sum(calls x floor) / sum(calls x median)."""
+    if not shapes or any(s.fraction_of_peak is None for s in shapes):
+        return None
+    floor = sum(s.calls * s.fraction_of_peak * s.median_ms.est for s in shapes)
+    return 100 * floor / sum(s.calls * s.median_ms.est for s in shapes)
+
+
+def measure(feedback: Feedback, op: str, path: Path, job: Path, cases: list[dict], policy: Policy) -> None:
+    """Fill in the benchmark's figures: kernels/<op>.py vs the candidate, A/B in the sandbox."""
+    from autokernel.bench.measure import IncumbentFailed, measure as bench
+    try:
+        m = bench(op, [path], cases, policy, job)
+    except IncumbentFailed as e:  # the environment, not the candidate: stop the session (exit 2)
+        raise UserError(str(e)) from None
+    inc, cand = m.files[0], m.files[-1]
+    feedback.note = m.label
+    feedback.incumbent_pct_of_peak = _pct(inc.shapes)
+    if cand.status != "ok":  # failed while being timed (re-checked outputs, crash, timeout): a rejection
+        feedback.verdict = "rejected"
+        feedback.reasons.append({"stage": "bench", "code": cand.status, "detail": cand.detail})
+        return
+    feedback.speedup = round(cand.speedup.est, 4)
+    feedback.speedup_ci = [round(cand.speedup.lo, 4), round(cand.speedup.hi, 4)]
+    feedback.pct_of_peak = _pct(cand.shapes)
+    feedback.accepted, feedback.implausible = cand.accepted, cand.reason == "bench.implausible"
+    if not cand.accepted:
+        feedback.reasons.append({"stage": "bench", "code": cand.reason, "detail": cand.detail})
+    feedback.per_shape = [{"shape": s.shape, "dtype": s.dtype, "calls": s.calls, "median_ms": round(s.median_ms.est, 6),
+                           "speedup": s.speedup and round(s.speedup.est, 4),
+                           "speedup_ci": s.speedup and [round(s.speedup.lo, 4), round(s.speedup.hi, 4)],
+                           "pct_of_peak": None if s.fraction_of_peak is None else round(100 * s.fraction_of_peak, 3),
+                           **({"implausible": s.implausible} if s.implausible else {})} for s in cand.shapes]

@@ -1,0 +1,154 @@
+"""The agent loop (STYLE.md #7): run() loops over step(); a small exception tree ends it; the message list is the
+transcript, written to sandbox/<run>/transcript.json after every step with its token counts and cost.
+
+The model is anything with `query(messages, tools) -> assistant message` (providers.Model): an LLM through its SDK,
+the offline search, or a scripted model in tests. Every candidate goes through the same Evaluator (gate, then bench).
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from autokernel.agent.evaluate import Evaluator, Feedback
+from autokernel.agent.prompt import Prompt, tools_file
+from autokernel.agent.providers import Model, ModelError
+from autokernel.policy import Agent as AgentPolicy
+
+
+class Stop(Exception):
+    """Ends the session; the message says why and is kept in the transcript."""
+    status = "stopped"
+
+
+class Finished(Stop):
+    status = "finished"  # the model called finish()
+
+
+class TargetReached(Stop):
+    status = "target_reached"  # an accepted candidate reached the policy's fraction of peak
+
+
+class LimitReached(Stop):
+    status = "limit"  # submissions, tokens, USD or wall time spent
+
+
+@dataclass
+class Candidate:
+    source: str
+    feedback: Feedback
+
+
+@dataclass
+class Result:
+    op: str
+    status: str  # finished | target_reached | limit | model_error
+    detail: str
+    best: Candidate | None  # the accepted candidate with the highest weighted speedup, or none
+    transcript: Path
+    usage: dict  # input_tokens, output_tokens, usd over the session
+    submitted: int
+
+
+class Session:
+    def __init__(self, op: str, model: Model, evaluator: Evaluator, prompt: Prompt, policy: AgentPolicy,
+                 run_dir: str | Path, clock=time.monotonic):
+        self.op, self.model, self.evaluator, self.prompt, self.policy = op, model, evaluator, prompt, policy
+        self.transcript = Path(run_dir) / "transcript.json"
+        self.tools, self.replies = tools_file()["tools"], tools_file()["replies"]
+        self.messages: list[dict] = []
+        self.candidates: list[Candidate] = []
+        self.usage = {"input_tokens": 0, "output_tokens": 0, "usd": 0.0}
+        self.finished: str | None = None
+        self.status, self.detail, self.clock = "running", "", clock
+        self.t0 = clock()
+
+    def run(self) -> Result:
+        self.t0 = self.clock()
+        self.messages = [{"role": "system", "content": self.prompt.system},
+                         {"role": "user", "content": self.prompt.task}]
+        try:
+            while True:
+                self.step()
+        except (Stop, ModelError) as e:
+            self.status, self.detail = getattr(e, "status", "model_error"), str(e)
+        finally:
+            if self.status == "running":  # an exception we do not handle (UserError) is on its way out
+                self.status = "error"
+            self.save()
+        return Result(self.op, self.status, self.detail, self.best, self.transcript, dict(self.usage),
+                      len(self.candidates))
+
+    def step(self) -> None:
+        self.check_limits()
+        reply = self.model.query(self.messages, self.tools)
+        self.messages.append(reply)
+        for k in self.usage:
+            self.usage[k] += (reply.get("usage") or {}).get(k, 0)
+        for call in reply.get("tool_calls") or []:
+            self.messages.append({"role": "tool", "tool_call_id": call["id"], "name": call["name"],
+                                  "content": self.execute(call)})
+        if not reply.get("tool_calls"):
+            self.messages.append({"role": "user",
+                                  "content": self.replies["truncated" if reply.get("truncated") else "no_tool_call"]})
+        self.save()
+
+    def check_limits(self) -> None:
+        p, best, n = self.policy, self.best, len(self.candidates)
+        if self.finished is not None:
+            raise Finished(self.finished)
+        if best and (best.feedback.pct_of_peak or 0) >= 100 * p.target_fraction_of_peak:
+            raise TargetReached(f"{best.feedback.sha256[:8]} reached {best.feedback.pct_of_peak:.1f} % of peak "
+                                f"(target {100 * p.target_fraction_of_peak:g} %)")
+        tokens, wall_s = self.usage["input_tokens"] + self.usage["output_tokens"], self.clock() - self.t0
+        for spent, used, limit in (("submissions", n, p.max_iterations), ("tokens", tokens, p.max_tokens),
+                                   ("usd", self.usage["usd"], p.max_usd), ("wall_s", wall_s, p.max_wall_s)):
+            if used >= limit:
+                raise LimitReached(f"{spent} budget spent: {used:.6g} of {limit:g}")
+
+    def execute(self, call: dict) -> str:
+        name, args = call["name"], call["arguments"]
+        if not isinstance(args, dict):
+            return self.replies["bad_arguments"].format(name=name, arguments=args)
+        if name == "read_kernel":
+            return self.prompt.kernel
+        if name == "read_spec":
+            return self.prompt.spec
+        if name == "finish":
+            self.finished = str(args.get("summary") or "the model called finish")
+            return self.replies["finished"]
+        if name != "submit_candidate":
+            return self.replies["unknown_tool"].format(name=name)
+        source = args.get("source")
+        if not isinstance(source, str) or not source.strip():
+            return self.replies["no_source"]
+        if len(self.candidates) >= self.policy.max_iterations:
+            return self.replies["out_of_submissions"].format(max_iterations=self.policy.max_iterations)
+        feedback = self.evaluator.evaluate(self.op, source)
+        self.candidates.append(Candidate(source, feedback))
+        return feedback.to_text()
+
+    @property
+    def best(self) -> Candidate | None:
+        wins = [c for c in self.candidates if c.feedback.accepted]
+        return max(wins, key=lambda c: c.feedback.speedup or 0.0, default=None)
+
+    def save(self) -> None:
+        """The transcript, atomically: a crash mid-write leaves the previous step's file, never half a file."""
+        best = self.best
+        data = {
+            "op": self.op, "model": self.model.name, "status": self.status, "detail": self.detail,
+            "elapsed_s": round(self.clock() - self.t0, 3), "budget": self.policy.model_dump(),
+            "usage": {**self.usage, "usd": round(self.usage["usd"], 6),
+                      "price_per_mtok": getattr(self.model, "prices", None)},
+            "submitted": len(self.candidates),
+            "best": best and {"sha256": best.feedback.sha256, "feedback": best.feedback.to_dict()},
+            "candidates": [c.feedback.brief() for c in self.candidates],
+            "messages": self.messages,
+        }
+        self.transcript.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.transcript.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(data, indent=1, default=str) + "\n")
+        os.replace(tmp, self.transcript)

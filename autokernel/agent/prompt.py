@@ -1,0 +1,157 @@
+"""What the agent is told: the templates in prompts/ filled with the op's trusted spec, its shapes and the roofline.
+
+Everything here comes from the trusted side (the op spec, the trace, the device) or from the current kernel file;
+nothing from a candidate. Numbers are formatted here, words live in the templates (STYLE.md #8).
+"""
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import jinja2
+import torch
+import yaml
+
+from autokernel import device
+from autokernel import ops as opspecs
+from autokernel.errors import UserError
+from autokernel.ops import tolerance
+from autokernel.policy import Agent as AgentPolicy
+
+PROMPTS = Path(__file__).parent / "prompts"
+KERNELS = Path(__file__).resolve().parents[2] / "kernels"
+
+
+@lru_cache(maxsize=1)
+def _env() -> jinja2.Environment:
+    return jinja2.Environment(loader=jinja2.FileSystemLoader(PROMPTS), undefined=jinja2.StrictUndefined,
+                              keep_trailing_newline=True)
+
+
+@lru_cache(maxsize=1)
+def tools_file() -> dict:
+    return yaml.safe_load((PROMPTS / "tools.yaml").read_text())
+
+
+def render(name: str, **ctx) -> str:
+    return _env().get_template(name).render(**ctx)
+
+
+@dataclass
+class Prompt:
+    """The rendered texts of one session; the loop serves `kernel` and `spec` from the read_* tools."""
+    system: str
+    task: str
+    kernel: str
+    spec: str
+    context: dict
+
+
+def kernel_path(op: str) -> Path:
+    path = KERNELS / f"{op}.py"
+    if not path.is_file():
+        raise UserError(f"{path}: no kernel file for op {op!r}; the agent rewrites files under kernels/")
+    return path
+
+
+def _us(s: float | None) -> str:
+    return "-" if s is None else f"{s * 1e6:.2f}"
+
+
+def shape_rows(op: str, corpus: list[dict], roof: dict) -> list[dict]:
+    """corpus entries {shape, calls, dtype, now_s} -> table rows with the roofline floor and % of peak."""
+    spec = opspecs.get(op)
+    rows = []
+    for c in corpus:
+        dtype = getattr(torch, c["dtype"])
+        nbytes, flop = spec.bytes_moved(c["shape"], dtype), spec.flops(c["shape"])
+        gflops, gbps = (roof.get("gflops") or {}).get(c["dtype"]), roof.get("gbps")
+        floor_s = max(nbytes / (gbps * 1e9) if gbps else 0.0, flop / (gflops * 1e9) if gflops else 0.0) or None
+        now_s = c["now_s"]
+        pct = 100 * floor_s / now_s if floor_s and now_s else None
+        rows.append({"shape": ", ".join(f"{k}={v}" for k, v in c["shape"].items()),
+                     "calls": c["calls"] or "-", "dtype": c["dtype"],
+                     "mb": f"{nbytes / 1e6:.3f}", "mflop": f"{flop / 1e6:.3f}",
+                     "intensity": f"{flop / nbytes:.2f}" if nbytes else "-",
+                     "floor_us": _us(floor_s), "now_us": _us(now_s), "pct": "-" if pct is None else f"{pct:.2f}",
+                     "_weight": c["calls"] or 1, "_floor_s": floor_s, "_now_s": now_s})
+    return rows
+
+
+def overall_pct(rows: list[dict]) -> float | None:
+    """Call-weighted % of peak of the incumbent over the corpus, when every shape has a measured time."""
+    if not rows or any(r["_now_s"] is None or r["_floor_s"] is None for r in rows):
+        return None
+    floor = sum(r["_weight"] * r["_floor_s"] for r in rows)
+    now = sum(r["_weight"] * r["_now_s"] for r in rows)
+    return 100 * floor / now
+
+
+def corpus(op: str, trace: dict | None) -> tuple[list[dict], str]:
+    """The shapes to optimise for, [{shape, calls, dtype, now_s}]: the trace's shape corpus (with its call counts
+    and measured mean times) or, without a trace, the spec's model shapes (calls and times unknown)."""
+    default = str(device.default_dtype()).removeprefix("torch.")
+    entry = ((trace or {}).get("ops") or {}).get(op) or {}
+    if entry.get("shapes"):
+        return ([{"shape": dict(s["shape"]), "calls": int(s["calls"]), "dtype": s.get("dtype") or default,
+                  "now_s": s["mean_ms"] / 1e3 if s.get("mean_ms") else None} for s in entry["shapes"]],
+                f"traced: {trace.get('_path', 'the trace')}")
+    return ([{"shape": dict(s), "calls": None, "dtype": default, "now_s": None} for s in opspecs.get(op).model_shapes],
+            "the spec's model shapes; no trace given")
+
+
+def roofline() -> dict:
+    """The peaks the benchmark's % of peak is computed against (a trace's own roofline may differ on CPU)."""
+    from autokernel.bench.roofline import peak_for
+    peak = peak_for(device.fingerprint())
+    if peak is None:
+        return {"gbps": None, "gflops": {}, "source": "no peak table entry for this GPU"}
+    return {"gbps": peak.gbps, "gflops": {k: v * 1e3 for k, v in peak.tflops.items()}, "source": peak.source}
+
+
+def _tolerance_rule() -> str:
+    return (f"per output, max |out - ref64| <= {tolerance.EAGER_FACTOR:g} x (the error eager torch makes in the "
+            f"same dtype) + {tolerance.ULPS:g} x eps(dtype) x max |ref64|; every element finite where the reference "
+            f"is. Accumulate in float32 where the spec says so.")
+
+
+def _reasons() -> list[tuple[str, str]]:
+    from autokernel.gate.verdict import REASONS
+    extra = {"e2e.kl_exceeded": "the model's next-token distributions moved more than the policy allows",
+             "e2e.degenerate_repetition": "greedy generation repeats a token where the unmodified engine did not",
+             "bench.implausible": "faster than the roofline allows, or more than the implausible factor",
+             "bench.no_win": "the weighted speedup's lower confidence bound does not clear the policy minimum"}
+    order = ("static", "runtime", "numeric", "e2e", "bench", "sandbox")  # the gate's order, then the sandbox's
+    rank = {stage: i for i, stage in enumerate(order)}
+    return sorted({**REASONS, **extra}.items(), key=lambda kv: (rank.get(kv[0].split(".")[0], len(order)), kv[0]))
+
+
+def build(op: str, policy: AgentPolicy, trace: dict | None = None) -> Prompt:
+    spec = opspecs.get(op)
+    path = kernel_path(op)
+    roof = roofline()
+    shapes, shapes_source = corpus(op, trace)
+    rows = shape_rows(op, shapes, roof)
+    pct = overall_pct(rows)
+    fp = device.fingerprint()
+    gflops = ", ".join(f"{k} {v:.4g} GFLOP/s" for k, v in (roof.get("gflops") or {}).items())
+    gbps = f"{roof['gbps']:.4g} GB/s" if roof.get("gbps") else "? GB/s"
+    ctx = {
+        "op": op, "doc": spec.doc, "reference_source": inspect.getsource(spec.reference).rstrip(),
+        "signature": str(inspect.signature(spec.reference)), "tolerance": _tolerance_rule(),
+        "dtypes": [str(d).removeprefix("torch.") for d in spec.dtypes], "shapes": rows,
+        "shapes_source": shapes_source, "reasons": _reasons(), "kernel_source": path.read_text(),
+        "device": f"{fp['kind']}: {fp.get('gpu') or fp.get('cpu')} (torch {fp['torch']}, triton {fp['triton']})",
+        "roofline": f"{gbps}; {gflops or '? FLOP/s'} ({roof.get('source', '?')})",
+        "timing_note": fp.get("timing_note") or roof.get("note") or "",
+        "overall": (f"The incumbent reaches {pct:.2f} % of the roofline over these shapes (call-weighted)."
+                    if pct is not None else "No measured time for the incumbent yet: the first verdict gives it."),
+        "max_iterations": policy.max_iterations, "max_tokens": policy.max_tokens, "max_usd": policy.max_usd,
+        "max_wall_s": policy.max_wall_s, "target_pct": round(100 * policy.target_fraction_of_peak, 1),
+        "incumbent_pct": pct, "default_dtype": str(device.default_dtype()).removeprefix("torch."),
+        "corpus": shapes,
+    }
+    return Prompt(system=render("system.md", **ctx), task=render("task.md", **ctx), kernel=ctx["kernel_source"],
+                  spec=render("spec.md", **ctx), context=ctx)

@@ -1,0 +1,113 @@
+"""`autokernel verify OP CANDIDATE.py [--trace DIR] [--seed S] [--json]`: exit 0 accepted, 1 rejected, 2 bad input."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Optional
+
+from autokernel.errors import UserError
+
+
+def load_trace_shapes(trace: Path, op: str) -> list[dict[str, int]]:
+    """The shapes a trace saw for `op`. Accepts a trace directory (its summary.json) or a JSON file laid out as
+    {"ops": {op: {"shapes": [...]}}}, {"shapes": {op: [...]}} or {op: [...]}, shapes as {"M": 4, "N": 576} dicts
+    (a {"shape": {...}} wrapper, as a per-call record has, is unwrapped)."""
+    path = trace / "summary.json" if trace.is_dir() else trace
+    if not path.is_file():
+        raise UserError(f"{path}: no such trace file (give a traces/<run>/ directory or its summary.json)")
+    try:
+        data = json.loads(path.read_text())
+    except ValueError as e:
+        raise UserError(f"{path}: not JSON: {e}") from None
+    found = None
+    if isinstance(data, dict):
+        ops = data.get("ops")
+        if isinstance(ops, dict) and isinstance(ops.get(op), dict):
+            found = ops[op].get("shapes")
+        elif isinstance(data.get("shapes"), dict):
+            found = data["shapes"].get(op)
+        elif isinstance(data.get(op), list):
+            found = data[op]
+    if not found:
+        raise UserError(f"{path}: no shapes recorded for op '{op}'")
+    shapes = []
+    for s in found:
+        s = s.get("shape", s) if isinstance(s, dict) else s
+        if not (isinstance(s, dict) and s and all(isinstance(v, int) for v in s.values())):
+            raise UserError(f"{path}: a shape of '{op}' is not a mapping of dimension name to int: {s!r}")
+        if s not in shapes:
+            shapes.append(dict(s))
+    return shapes
+
+
+def _policy():
+    from autokernel.policy import Policy, load
+    return load("policies.yaml") if Path("policies.yaml").is_file() else Policy()
+
+
+def verify_command(op: str, candidate: Path, trace: Path | None = None, seed: int | None = None,
+                   as_json: bool = False) -> int:
+    """Run the gate on one candidate and print the verdict; returns the exit code (0 accepted, 1 rejected, 2 bad
+    input)."""
+    from autokernel.ops import OPS
+    try:
+        if op not in OPS:
+            raise UserError(f"unknown op '{op}'; known ops: {', '.join(OPS)}")
+        candidate = Path(candidate)
+        if not candidate.is_file():
+            raise UserError(f"{candidate}: no such candidate file")
+        shapes = load_trace_shapes(Path(trace), op) if trace else None
+        policy = _policy()
+    except UserError as e:
+        print(f"autokernel verify: error: {e}", file=sys.stderr)
+        return 2
+    from autokernel.gate import verify
+    try:
+        v = verify(op, candidate, shapes=shapes, seed=seed, policy=policy)
+    except OSError as e:
+        print(f"autokernel verify: error: {e}", file=sys.stderr)
+        return 2
+    if as_json:
+        print(v.to_json())
+    else:
+        show(v)
+    return 0 if v.accepted else 1
+
+
+def show(v) -> None:
+    """A readable summary: one row per stage, the reason and detail of a failure, where the artifacts are."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    table = Table(title=f"verify {v.op}: {v.candidate}", title_justify="left")
+    for col in ("stage", "result", "reason", "detail", "time"):
+        table.add_column(col, overflow="fold")
+    for s in v.stages:
+        result = "[green]pass[/green]" if s.passed else "[red]FAIL[/red]"
+        table.add_row(s.name, result, s.reason or "", s.detail, f"{s.elapsed_s:.1f} s")
+    console.print(table)
+    word = "[bold green]ACCEPTED[/bold green]" if v.accepted else "[bold red]REJECTED[/bold red]"
+    dev = v.device.get("gpu") or f"{v.device.get('kind')} ({v.device.get('cpu')})"
+    console.print(f"{word}  sha256 {v.candidate_sha256[:12]}  seed {v.seed}  {v.elapsed_s:.1f} s on {dev}")
+    if v.device.get("timing_note"):
+        console.print(f"[dim]{v.device['timing_note']}[/dim]")
+    console.print(f"[dim]verdict: {v.run_dir}/verdict.json[/dim]")
+
+
+def register(app) -> None:
+    """Add `verify` to the autokernel typer app (autokernel.cli calls this)."""
+    from typing import Optional
+
+    import typer
+
+    @app.command("verify")
+    def _verify(op: str = typer.Argument(..., help="The op whose kernel the candidate replaces (kernels/OP.py)."),
+                candidate: Path = typer.Argument(..., help="The candidate file: a complete kernels/OP.py."),
+                trace: Optional[Path] = typer.Option(None, help="A traces/<run>/ dir: check its shapes of OP."),
+                seed: Optional[int] = typer.Option(None, help="Reproduce a verdict's inputs (default: a fresh "
+                                                                 "secret seed)."),
+                json_out: bool = typer.Option(False, "--json", help="Print the verdict as JSON.")) -> None:
+        """Run the gate (static, runtime, numeric, ...) on a candidate kernel. Exit 0 accepted, 1 rejected."""
+        sys.exit(verify_command(op, candidate, trace, seed, json_out))

@@ -1,0 +1,76 @@
+"""Shared pieces of the agent tests: a stub Evaluator (the real gate is tested in tests/gate), a scripted Model,
+and candidate sources (one that cheats, one that is a real kernel). Imported by name; fixtures live in conftest.py."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from autokernel.agent.evaluate import Feedback, sha256
+from autokernel.agent.search import apply, find_knobs
+
+ROOT = Path(__file__).resolve().parents[2]
+INCUMBENT = (ROOT / "kernels" / "rmsnorm.py").read_text()
+
+# SHORTCUTS.md #1: call the library instead of launching a kernel.
+CHEAT = '''import torch
+import torch.nn.functional as F
+
+
+def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    return F.rms_norm(x, (x.shape[-1],), weight, eps)
+'''
+# A real kernel: the incumbent with num_warps=8.
+_knobs = find_knobs(INCUMBENT)
+GOOD = apply(INCUMBENT, _knobs, {"num_warps": 8, "num_stages": 3})
+assert GOOD != INCUMBENT and "num_warps=8" in GOOD
+
+
+class StubEvaluator:
+    """Rejects sources that import torch.nn.functional (static.forbidden_import, as the real gate does); accepts
+    anything else at speedup 1.25 [1.20, 1.30] and 42 % of peak. Counts evaluations; same sha256 answered once."""
+
+    def __init__(self, speedup: float = 1.25, pct_of_peak: float = 42.0):
+        self.speedup, self.pct = speedup, pct_of_peak
+        self.calls: list[str] = []
+        self.seen: dict[str, Feedback] = {}
+
+    def evaluate(self, op: str, source: str) -> Feedback:
+        digest = sha256(source)
+        if digest in self.seen:
+            return self.seen[digest]
+        self.calls.append(source)
+        if "torch.nn.functional" in source:
+            fb = Feedback(op, digest, "rejected",
+                          reasons=[{"stage": "static", "code": "static.forbidden_import",
+                                    "detail": "line 2: import torch.nn.functional: a kernel file computes in its "
+                                              "own Triton kernel"}])
+        else:
+            s = self.speedup
+            fb = Feedback(op, digest, "accepted", accepted=True, speedup=s, speedup_ci=[s - 0.05, s + 0.05],
+                          pct_of_peak=self.pct, device="cpu-interpreter", note="stub")
+        self.seen[digest] = fb
+        return fb
+
+
+def turn(text: str = "", *calls: tuple, input_tokens: int = 0, output_tokens: int = 0, usd: float = 0.0,
+         truncated: bool = False) -> dict:
+    """An assistant message in the neutral format; calls are (name, arguments) pairs."""
+    return {"role": "assistant", "content": text,
+            "tool_calls": [{"id": f"t{i}", "name": n, "arguments": a} for i, (n, a) in enumerate(calls)],
+            "usage": {"input_tokens": input_tokens, "output_tokens": output_tokens, "usd": usd, "estimated": False},
+            "truncated": truncated}
+
+
+class ScriptedModel:
+    """A Model that replays assistant messages in order (mini-swe-agent's DeterministicModel) and records what it
+    was shown; `on_query(messages)` runs before each reply (tests inspect the saved transcript there)."""
+
+    def __init__(self, replies: list[dict], on_query=None):
+        self.replies, self.on_query = list(replies), on_query
+        self.name, self.prices = "scripted", None
+        self.seen: list[list[dict]] = []
+
+    def query(self, messages: list[dict], tools: list[dict]) -> dict:
+        self.seen.append([dict(m) for m in messages])
+        if self.on_query:
+            self.on_query(messages)
+        return self.replies.pop(0)

@@ -1,0 +1,182 @@
+"""A local stand-in for the Anthropic Messages and OpenAI Chat Completions HTTP APIs, for tests without a network.
+
+Stdlib http.server in a thread on 127.0.0.1. The test scripts the replies: each request pops the next entry of
+`script`, a `Reply` built by the helpers below (a streamed turn in the API's SSE wire format, an error status, or
+raw bytes). Requests are recorded (path, headers, JSON body) so tests can check what the SDKs actually sent.
+"""
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+@dataclass
+class Reply:
+    status: int = 200
+    body: bytes = b""
+    content_type: str = "text/event-stream"
+    headers: dict = field(default_factory=dict)
+
+
+@dataclass
+class Call:
+    """A tool call the scripted model makes."""
+    name: str
+    arguments: dict | str  # a str is sent verbatim (malformed JSON tests)
+    id: str = ""
+
+
+def _sse(events: list[tuple[str | None, object]]) -> bytes:
+    out = []
+    for name, data in events:
+        text = data if isinstance(data, str) else json.dumps(data)
+        out.append((f"event: {name}\n" if name else "") + f"data: {text}\n\n")
+    return "".join(out).encode()
+
+
+def _chunks(s: str, n: int = 3) -> list[str]:
+    """Split s into n pieces, so arguments arrive as several deltas as they do from the real APIs."""
+    k = max(1, -(-len(s) // n))
+    return [s[i:i + k] for i in range(0, len(s), k)] or [""]
+
+
+def anthropic_turn(text: str = "", calls: list[Call] = (), input_tokens: int = 100, output_tokens: int = 50,
+                   model: str = "claude-test", cache_read: int = 0, cache_write: int = 0) -> Reply:
+    """One assistant turn streamed as Anthropic Messages SSE events (message_start ... message_stop)."""
+    ev: list[tuple[str, object]] = [("message_start", {"type": "message_start", "message": {
+        "id": "msg_fake", "type": "message", "role": "assistant", "model": model, "content": [],
+        "stop_reason": None, "stop_sequence": None,
+        "usage": {"input_tokens": input_tokens, "output_tokens": 1, "cache_read_input_tokens": cache_read,
+                  "cache_creation_input_tokens": cache_write}}})]
+    idx = 0
+    if text:
+        ev.append(("content_block_start", {"type": "content_block_start", "index": idx,
+                                           "content_block": {"type": "text", "text": ""}}))
+        for piece in _chunks(text):
+            ev.append(("content_block_delta", {"type": "content_block_delta", "index": idx,
+                                               "delta": {"type": "text_delta", "text": piece}}))
+        ev.append(("content_block_stop", {"type": "content_block_stop", "index": idx}))
+        idx += 1
+    for i, c in enumerate(calls):
+        ev.append(("content_block_start", {"type": "content_block_start", "index": idx, "content_block": {
+            "type": "tool_use", "id": c.id or f"toolu_{i}", "name": c.name, "input": {}}}))
+        args = c.arguments if isinstance(c.arguments, str) else json.dumps(c.arguments)
+        for piece in _chunks(args):
+            ev.append(("content_block_delta", {"type": "content_block_delta", "index": idx,
+                                               "delta": {"type": "input_json_delta", "partial_json": piece}}))
+        ev.append(("content_block_stop", {"type": "content_block_stop", "index": idx}))
+        idx += 1
+    ev.append(("message_delta", {"type": "message_delta",
+                                 "delta": {"stop_reason": "tool_use" if calls else "end_turn", "stop_sequence": None},
+                                 "usage": {"output_tokens": output_tokens}}))
+    ev.append(("message_stop", {"type": "message_stop"}))
+    return Reply(body=_sse(ev))
+
+
+def openai_turn(text: str = "", calls: list[Call] = (), prompt_tokens: int = 100, completion_tokens: int = 50,
+                model: str = "gpt-test", usage: bool = True) -> Reply:
+    """One assistant turn streamed as Chat Completions chunks, tool-call arguments in deltas, usage last."""
+    def chunk(delta=None, finish=None, usage_=None, choices=True):
+        return {"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": 0, "model": model,
+                "choices": [{"index": 0, "delta": delta or {}, "finish_reason": finish}] if choices else [],
+                **({"usage": usage_} if usage_ else {})}
+    ev: list[tuple[None, object]] = [(None, chunk({"role": "assistant", "content": ""}))]
+    for piece in (_chunks(text) if text else []):
+        ev.append((None, chunk({"content": piece})))
+    for i, c in enumerate(calls):
+        ev.append((None, chunk({"tool_calls": [{"index": i, "id": c.id or f"call_{i}", "type": "function",
+                                                 "function": {"name": c.name, "arguments": ""}}]})))
+        args = c.arguments if isinstance(c.arguments, str) else json.dumps(c.arguments)
+        for piece in _chunks(args):
+            ev.append((None, chunk({"tool_calls": [{"index": i, "function": {"arguments": piece}}]})))
+    ev.append((None, chunk({}, "tool_calls" if calls else "stop")))
+    if usage:
+        ev.append((None, chunk(choices=False, usage_={"prompt_tokens": prompt_tokens,
+                                                       "completion_tokens": completion_tokens,
+                                                       "total_tokens": prompt_tokens + completion_tokens})))
+    ev.append((None, "[DONE]"))
+    return Reply(body=_sse(ev))
+
+
+def status(code: int, message: str = "slow down", retry_after_ms: int | None = 10) -> Reply:
+    """An API error reply (429, 500, ...) in the shape both APIs use; retry-after-ms keeps SDK back-off short."""
+    headers = {"retry-after-ms": str(retry_after_ms)} if retry_after_ms is not None else {}
+    body = json.dumps({"type": "error", "error": {"type": "rate_limit_error" if code == 429 else "api_error",
+                                                  "message": message}}).encode()
+    return Reply(code, body, "application/json", headers)
+
+
+def raw(body: bytes, content_type: str = "application/json", code: int = 200) -> Reply:
+    return Reply(code, body, content_type)
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request, client_address):  # a client closing its keep-alive socket is not an error
+        pass
+
+
+@dataclass
+class Request:
+    path: str
+    headers: dict  # names lower-cased
+    body: dict
+
+
+class FakeAPI:
+    """`with FakeAPI(script) as api:` serves the replies in order on api.base_url; api.requests records the calls."""
+
+    def __init__(self, script: list[Reply], models: tuple[str, ...] = ("fake-model",)):
+        self.script, self.models = list(script), models
+        self.requests: list[Request] = []
+        self._lock = threading.Lock()
+        api = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_POST(self):  # noqa: N802 (http.server's naming)
+                n = int(self.headers.get("content-length") or 0)
+                raw_body = self.rfile.read(n)
+                with api._lock:
+                    try:
+                        body = json.loads(raw_body or b"{}")
+                    except ValueError:
+                        body = {"_raw": raw_body.decode(errors="replace")}
+                    api.requests.append(Request(self.path, {k.lower(): v for k, v in self.headers.items()}, body))
+                    reply = api.script.pop(0) if api.script else status(500, "script exhausted", None)
+                self.send_response(reply.status)
+                self.send_header("content-type", reply.content_type)
+                self.send_header("content-length", str(len(reply.body)))
+                for k, v in reply.headers.items():
+                    self.send_header(k, v)
+                self.end_headers()
+                self.wfile.write(reply.body)
+
+            def do_GET(self):  # noqa: N802: OpenAI-compatible servers list the models they serve
+                api.requests.append(Request(self.path, {k.lower(): v for k, v in self.headers.items()}, {}))
+                body = json.dumps({"object": "list", "data": [
+                    {"id": m, "object": "model", "created": 0, "owned_by": "fake"} for m in api.models]}).encode()
+                self.send_response(200)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):  # keep pytest output clean
+                pass
+
+        self.server = _Server(("127.0.0.1", 0), Handler)
+        self.base_url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> "FakeAPI":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.shutdown()
+        self.server.server_close()

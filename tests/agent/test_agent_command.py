@@ -1,0 +1,94 @@
+"""agent_command: one session, a summary, exit codes; bad input is a UserError naming what to fix."""
+import json
+
+import pytest
+from agent_helpers import StubEvaluator
+from fake_llm_api import Call, FakeAPI, anthropic_turn
+
+from autokernel import device
+from autokernel.agent import prompt
+from autokernel.agent.__main__ import main
+from autokernel.agent.command import agent_command, run_session
+from autokernel.errors import UserError
+from autokernel.policy import Policy
+
+
+def test_search_session_prints_a_summary_and_exits_0(tmp_path):
+    lines = []
+    rc = agent_command("rmsnorm", "search", run_dir=tmp_path, policy=Policy(), evaluator=StubEvaluator(),
+                       echo=lines.append)
+    assert rc == 0
+    text = "\n".join(lines)
+    assert "agent: search:seed=0 on rmsnorm; budget 6 candidates" in text
+    assert "passed the gate; speedup 1.250x [1.200, 1.300], 42.00 % of peak: accepted [stub]" in text
+    assert f"agent: transcript {tmp_path / 'transcript.json'}" in text
+    assert json.loads((tmp_path / "transcript.json").read_text())["submitted"] >= 1
+
+
+def test_run_session_returns_the_best_candidate_for_the_caller(tmp_path):
+    r = run_session("silu_mul", "search", run_dir=tmp_path, policy=Policy(), evaluator=StubEvaluator(),
+                    echo=lambda s: None)
+    assert r.best is not None and "silu_mul_kernel[grid]" in r.best.source and r.best.feedback.accepted
+    assert r.transcript == tmp_path / "transcript.json" and r.submitted >= 1
+
+
+def test_no_accepted_candidate_exits_1(tmp_path):
+    class RejectAll(StubEvaluator):
+        def evaluate(self, op, source):
+            return super().evaluate(op, "torch.nn.functional" + source)
+    policy = Policy()
+    policy.agent.max_iterations = 2
+    lines = []
+    assert agent_command("silu_mul", "search", run_dir=tmp_path, policy=policy, evaluator=RejectAll(),
+                         echo=lines.append) == 1
+    assert "no accepted candidate: kernels/silu_mul.py stays as it is" in "\n".join(lines)
+
+
+def test_llm_session_through_the_command(tmp_path, keys, rmsnorm_prompt):
+    script = [anthropic_turn("", [Call("submit_candidate", {"source": rmsnorm_prompt.kernel.replace(
+        "BLOCK_N=BLOCK_N)", "BLOCK_N=BLOCK_N, num_warps=8)")})], 1000, 100),
+        anthropic_turn("", [Call("finish", {"summary": "ok"})], 1200, 10)]
+    policy = Policy()
+    policy.agent.target_fraction_of_peak = 1.0
+    policy.agent.prices = {"claude-test": (3.0, 15.0)}
+    lines = []
+    with FakeAPI(script) as api:
+        rc = agent_command("rmsnorm", "anthropic", "claude-test", api.base_url, run_dir=tmp_path, policy=policy,
+                           evaluator=StubEvaluator(), echo=lines.append)
+    assert rc == 0
+    assert "2200 input + 110 output tokens, $0.0083" in "\n".join(lines)
+
+
+@pytest.mark.parametrize("op,match", [("lm_head", "may not be rewritten"), ("conv2d", "unknown op"),
+                                      ("rmsnorm", "no kernel file")])
+def test_ops_that_cannot_be_worked_on(tmp_path, monkeypatch, op, match):
+    monkeypatch.setattr(prompt, "KERNELS", tmp_path)  # an empty kernels/: no file to rewrite
+    with pytest.raises(UserError, match=match):
+        agent_command(op, "search", run_dir=tmp_path, policy=Policy(), evaluator=StubEvaluator())
+
+
+def test_llm_without_key_is_a_user_error_pointing_at_search(tmp_path, monkeypatch):
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    with pytest.raises(UserError, match=r"ANTHROPIC_API_KEY.*--agent search"):
+        agent_command("rmsnorm", "anthropic", run_dir=tmp_path, policy=Policy(), evaluator=StubEvaluator())
+
+
+def test_unknown_agent_is_a_user_error(tmp_path):
+    with pytest.raises(UserError, match="use search, anthropic or openai"):
+        agent_command("rmsnorm", "gemini", run_dir=tmp_path, policy=Policy(), evaluator=StubEvaluator())
+
+
+def test_trace_gives_the_shapes(tmp_path):
+    trace = tmp_path / "trace"
+    trace.mkdir()
+    (trace / "summary.json").write_text(json.dumps({"schema": 1, "device": device.fingerprint(), "ops": {
+        "rmsnorm": {"shapes": [{"shape": {"M": 5, "N": 576}, "calls": 700, "mean_ms": 2.0}]}}}))
+    agent_command("rmsnorm", "search", trace=trace, run_dir=tmp_path / "run", policy=Policy(),
+                  evaluator=StubEvaluator(), echo=lambda s: None)
+    task = json.loads((tmp_path / "run" / "transcript.json").read_text())["messages"][1]["content"]
+    assert "| M=5, N=576 | 700 | float32 |" in task
+
+
+def test_module_entry_point_exits_2_on_bad_input(capsys):
+    assert main(["lm_head", "--agent", "search"]) == 2
+    assert "autokernel: error: op 'lm_head' may not be rewritten" in capsys.readouterr().err

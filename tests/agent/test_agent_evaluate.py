@@ -1,0 +1,125 @@
+"""The real Evaluator's plumbing, with gate.verify and the benchmark replaced by fakes (both are tested in their own
+packages): where candidates are written, gate before bench, bench only on acceptance, no second evaluation."""
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+from agent_helpers import CHEAT, GOOD
+
+import autokernel.bench.measure as bench_measure
+from autokernel import gate
+from autokernel.agent.evaluate import Feedback, SandboxEvaluator, from_verdict, sha256
+from autokernel.bench.measure import FileResult, IncumbentFailed, Measurement, ShapeResult
+from autokernel.bench.stats import Interval
+from autokernel.errors import UserError
+from autokernel.gate.verdict import StageResult, Verdict
+
+
+def verdict(op, path, accepted):
+    stages = [StageResult.ok("static", "parsed")]
+    stages.append(StageResult.ok("numeric", "126 cases") if accepted else
+                  StageResult.fail("runtime", "runtime.torch_compute", "aten::rms_norm ran during the call"))
+    source = Path(path).read_bytes()
+    return Verdict(op, str(path), hashlib.sha256(source).hexdigest(), "accepted" if accepted else "rejected", stages,
+                   seed=1, device={"kind": "cpu-interpreter", "timing_note": "interpreter"}, elapsed_s=0.1)
+
+
+def shape(speedup, frac, calls=1):
+    return ShapeResult({"M": 1, "N": 576}, "float32", calls, 20, Interval(2.0, 1.9, 2.1),
+                       speedup and Interval(speedup, speedup - 0.1, speedup + 0.1), 1.0, 1.0, frac)
+
+
+def measurement(status="ok", accepted=True, reason=None):
+    inc = FileResult("kernels/rmsnorm.py", "incumbent", "ok", shapes=[shape(None, 0.10)])
+    cand = FileResult("c.py", "candidate", status, "" if status == "ok" else "wrong on repetition 7",
+                      shapes=[shape(1.5, 0.15)] if status == "ok" else [],
+                      speedup=Interval(1.5, 1.4, 1.6) if status == "ok" else None, accepted=accepted, reason=reason)
+    return Measurement("rmsnorm", "CPU / Triton interpreter", {}, None, {}, [inc, cand], [], "subprocess")
+
+
+@pytest.fixture
+def fakes(monkeypatch):
+    calls = {"verify": [], "bench": []}
+
+    def fake_verify(op, path, *, shapes=None, seed=None, policy=None, run_dir=None, **kw):
+        calls["verify"].append({"op": op, "path": Path(path), "run_dir": Path(run_dir), "shapes": shapes, **kw})
+        return verdict(op, path, "torch.nn.functional" not in Path(path).read_text())
+
+    def fake_measure(op, candidates, cases, policy, job_root):
+        calls["bench"].append({"candidates": candidates, "cases": cases, "job_root": Path(job_root)})
+        return calls.get("measurement") or measurement()
+
+    monkeypatch.setattr(gate, "verify", fake_verify)
+    monkeypatch.setattr(bench_measure, "measure", fake_measure)
+    return calls
+
+
+def test_candidate_written_under_its_sha_then_gate_then_bench(tmp_path, fakes):
+    ev = SandboxEvaluator(tmp_path, verify_kwargs={"dists": ["normal"]})
+    fb = ev.evaluate("rmsnorm", GOOD)
+    job = tmp_path / sha256(GOOD)[:8]
+    assert (job / "rmsnorm.py").read_text() == GOOD
+    assert fakes["verify"][0]["path"] == job / "rmsnorm.py" and fakes["verify"][0]["run_dir"] == job
+    assert fakes["verify"][0]["dists"] == ["normal"] and fakes["verify"][0]["shapes"] is None
+    assert fakes["bench"][0]["candidates"] == [job / "rmsnorm.py"] and fakes["bench"][0]["job_root"] == job
+    assert [c["shape"] for c in fakes["bench"][0]["cases"]] == [{"M": 1, "N": 576}, {"M": 4, "N": 576},
+                                                               {"M": 96, "N": 576}]
+    assert fb.verdict == "accepted" and fb.accepted and fb.speedup == 1.5 and fb.speedup_ci == [1.4, 1.6]
+    assert fb.pct_of_peak == pytest.approx(15.0) and fb.incumbent_pct_of_peak == pytest.approx(10.0)
+    assert fb.per_shape[0]["speedup"] == 1.5 and fb.note == "CPU / Triton interpreter"
+    assert json.loads((job / "feedback.json").read_text())["summary"] == fb.summary
+    assert fb.summary == "passed the gate; speedup 1.500x [1.400, 1.600], 15.00 % of peak: accepted"
+
+
+def test_rejected_by_the_gate_is_never_benchmarked(tmp_path, fakes):
+    fb = SandboxEvaluator(tmp_path).evaluate("rmsnorm", CHEAT)
+    assert fb.verdict == "rejected" and not fb.accepted and fakes["bench"] == []
+    assert fb.reasons == [{"stage": "runtime", "code": "runtime.torch_compute",
+                           "detail": "aten::rms_norm ran during the call"}]
+    assert fb.summary == "rejected by the gate: runtime.torch_compute: aten::rms_norm ran during the call"
+
+
+def test_same_source_is_not_evaluated_again(tmp_path, fakes):
+    ev = SandboxEvaluator(tmp_path)
+    first, again = ev.evaluate("rmsnorm", GOOD), ev.evaluate("rmsnorm", GOOD)
+    assert len(fakes["verify"]) == 1 and len(fakes["bench"]) == 1
+    assert again.duplicate and not first.duplicate and again.sha256 == first.sha256
+
+
+def test_no_win_and_failures_during_timing(tmp_path, fakes):
+    fakes["measurement"] = measurement(accepted=False, reason="bench.no_win")
+    fb = SandboxEvaluator(tmp_path).evaluate("rmsnorm", GOOD)
+    assert fb.verdict == "accepted" and not fb.accepted and fb.reasons[-1]["code"] == "bench.no_win"
+    assert fb.summary.endswith(": no significant win")
+    fakes["measurement"] = measurement(status="numeric.mismatch", accepted=False, reason="numeric.mismatch")
+    fb = SandboxEvaluator(tmp_path / "2").evaluate("rmsnorm", GOOD)
+    assert fb.verdict == "rejected" and fb.reasons[-1] == {"stage": "bench", "code": "numeric.mismatch",
+                                                           "detail": "wrong on repetition 7"}
+
+
+def test_incumbent_that_cannot_be_timed_is_a_user_error(tmp_path, fakes, monkeypatch):
+    def broken(*a, **k):
+        raise IncumbentFailed("kernels/rmsnorm.py could not be timed: sandbox.crash: killed")
+    monkeypatch.setattr(bench_measure, "measure", broken)
+    with pytest.raises(UserError, match="could not be timed"):
+        SandboxEvaluator(tmp_path).evaluate("rmsnorm", GOOD)
+
+
+def test_traced_shapes_go_to_gate_and_bench(tmp_path, fakes):
+    trace = tmp_path / "summary.json"
+    trace.write_text(json.dumps({"ops": {"rmsnorm": {"shapes": [{"shape": {"M": 7, "N": 576}, "calls": 40}]}}}))
+    SandboxEvaluator(tmp_path, trace=trace).evaluate("rmsnorm", GOOD)
+    assert fakes["verify"][0]["shapes"] == [{"M": 7, "N": 576}]
+    assert fakes["bench"][0]["cases"] == [{"shape": {"M": 7, "N": 576}, "calls": 40, "dtype": "float32"}]
+
+
+def test_feedback_from_a_real_verdict_is_json(tmp_path):
+    path = tmp_path / "rmsnorm.py"
+    path.write_text(CHEAT)
+    fb = from_verdict(verdict("rmsnorm", path, False))
+    assert isinstance(fb, Feedback) and fb.device == "cpu-interpreter"
+    text = json.loads(fb.to_text())
+    assert list(text)[0] == "summary" and "stages" not in text and text["reasons"][0]["code"] == "runtime.torch_compute"
+    assert fb.brief() == {"sha256": fb.sha256, "verdict": "rejected", "reason": "runtime.torch_compute",
+                          "accepted": False, "speedup": None, "pct_of_peak": None}
