@@ -1,0 +1,65 @@
+"""attention_decode: one new query per sequence against the KV cache, grouped-query heads, left-padded rows
+(SmolLM2-135M: 9 query heads share 3 kv heads, head dim 64)."""
+import torch
+
+from autokernel.ops.spec import OpSpec, Shape, elem_size, sample
+
+HQ, HKV, HEAD_DIM = 9, 3, 64
+STALE = 20.0  # what sits in the cache past kv_len: large, so a kernel that reads it is visibly wrong
+
+
+def reference(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, kv_start: torch.Tensor,
+              kv_len: int, scale: float) -> torch.Tensor:
+    B, Hq, D = q.shape
+    group = Hq // k_cache.shape[1]
+    k = k_cache[:, :, :kv_len].repeat_interleave(group, dim=1)  # (B, Hq, L, D)
+    v = v_cache[:, :, :kv_len].repeat_interleave(group, dim=1)
+    visible = torch.arange(kv_len, device=q.device)[None, :] >= kv_start.to(q.device)[:, None]  # (B, L)
+    visible = visible[:, None, None, :]  # (B, 1, 1, L)
+    s = (q[:, :, None, :] @ k.transpose(-1, -2)) * scale  # (B, Hq, 1, L)
+    p = torch.softmax(s.masked_fill(~visible, float("-inf")), dim=-1)
+    p = p.masked_fill(~visible.any(-1, keepdim=True), 0.0)  # a sequence with no visible key: output 0, not NaN
+    return (p @ v)[:, :, 0]
+
+
+def make_inputs(shape: Shape, dtype, device, gen, dist="normal"):
+    """Caches hold `dist` values up to kv_len and stale large ones after it. Row 0 is unpadded; the others are
+    left-padded by up to half the filled length, the last by at least one."""
+    B, Hq, Hkv, S, L, D = shape["B"], shape["Hq"], shape["Hkv"], shape["S"], shape["L"], shape["D"]
+    assert 0 < L <= S, shape
+    q = sample((B, Hq, D), dtype, device, gen, dist)
+    caches = []
+    for _ in range(2):
+        c = sample((B, Hkv, S, D), dtype, device, gen, dist)
+        c[:, :, L:] = sample((B, Hkv, S - L, D), dtype, device, gen) + STALE
+        caches.append(c)
+    kv_start = torch.randint(0, L // 2 + 1, (B,), generator=gen, dtype=torch.int32)
+    kv_start[0] = 0
+    if B > 1 and L > 1:
+        kv_start[-1] = max(int(kv_start[-1]), 1)
+    return {"q": q, "k_cache": caches[0], "v_cache": caches[1], "kv_start": kv_start.to(device), "kv_len": L,
+            "scale": D ** -0.5}
+
+
+def shape_of(q, k_cache, v_cache, kv_start, kv_len, scale) -> Shape:
+    B, Hq, D = q.shape
+    return {"B": B, "Hq": Hq, "Hkv": k_cache.shape[1], "S": k_cache.shape[2], "L": kv_len, "D": D}
+
+
+SPEC = OpSpec(
+    name="attention_decode",
+    reference=reference,
+    make_inputs=make_inputs,
+    shape_of=shape_of,
+    flops=lambda s: 4 * s["B"] * s["Hq"] * s["L"] * s["D"],
+    bytes_moved=lambda s, dt: (2 * s["Hkv"] * s["L"] + 2 * s["Hq"]) * s["B"] * s["D"] * elem_size(dt),
+    model_shapes=({"B": 1, "Hq": HQ, "Hkv": HKV, "S": 256, "L": 200, "D": HEAD_DIM},
+                  {"B": 4, "Hq": HQ, "Hkv": HKV, "S": 256, "L": 77, "D": HEAD_DIM}),
+    odd_shapes=({"B": 3, "Hq": 6, "Hkv": 2, "S": 300, "L": 257, "D": 48}, {"B": 2, "Hq": 4, "Hkv": 2, "S": 8, "L": 1,
+                "D": 16}, {"B": 2, "Hq": 5, "Hkv": 5, "S": 100, "L": 100, "D": 64}),
+    doc="Decode attention: q (B, Hq, D) is each sequence's newest query; k_cache and v_cache (B, Hkv, S_max, D) "
+        "hold kv_len filled positions (a python int; positions from kv_len on are stale and must not be read); "
+        "kv_start int32 (B,) marks left padding. Query head h reads kv head h // (Hq // Hkv); cache position j is "
+        "visible iff kv_start[b] <= j < kv_len. out = softmax(q k^T * scale over visible keys) v, (B, Hq, D) in "
+        "q's dtype. Accumulate in float32 with an online softmax over key blocks.",
+)
