@@ -55,7 +55,7 @@ def main() -> None:
     ap.add_argument("--weights", default="quant" if cuda else "dequant", choices=["quant", "dequant"])
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--decode-steps", type=int, default=16 if cuda else 4)
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--repeats", type=int, default=3, help="rounds; a multiple of 3 rotates the modes evenly")
     a = ap.parse_args()
 
     eng = open_engine(a.model, kernels=a.kernels, weights=a.weights)
@@ -86,9 +86,10 @@ def main() -> None:
     plain()  # warm-up: Triton compiles (CUDA), allocator, first-touch
     modes = {"plain": plain, "recorder": recorder, "recorder + torch.profiler": profiled}
     results = {name: [] for name in modes}
-    for _ in range(a.repeats):  # interleaved, so drift hits every mode alike
-        for name, fn in modes.items():
-            results[name].append(fn())
+    names = list(modes)
+    for r in range(a.repeats):  # interleaved and rotated, so drift and run order hit every mode alike
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            results[name].append(modes[name]())
 
     fp = device.fingerprint()
     where = fp.get("gpu") or f"{fp['cpu']} x{fp['cpu_count']}"

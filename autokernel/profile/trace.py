@@ -1,0 +1,186 @@
+"""The Trace: traces/<run-id>/summary.json, what `profile` writes and `rank`, the gate and the benchmark read.
+
+summary.json, schema 1 (a change of meaning bumps SCHEMA; readers refuse other schemas):
+
+    schema, run_id, created, device (fingerprint), kernels, weights, model, workload {name, path, sha256, spec},
+    timing {source, sources {source: calls}, label, note, timed_calls_per_shape, timed_calls, extrapolated_calls},
+    totals {total_op_ms, e2e_ms, wall_ms, observer_ms, prefill_tokens, decode_tokens, ...},
+    roofline {gbps, gflops {dtype: GFLOP/s}, source, note},
+    ops {op: {calls, timed_calls, total_ms, mean_ms, p50_ms, p95_ms, share, e2e_share, flops_per_call,
+              bytes_per_call, gbps, gflops, phases {prefill|decode: {calls, total_ms}},
+              sites {site: {calls, total_ms, mean_ms, share}},
+              shapes [{shape, calls, timed_calls, total_ms, mean_ms, min_ms, max_ms (of the timed calls), flops,
+                       bytes, dtype, dtypes [{arg: dtype}], strides [{arg: [..]}], sizes [{arg: [..]}],
+                       scalars [{arg: v}], sites [site with the layer index as *]}]}},
+    total_op_ms (= totals.total_op_ms), files {chrome_trace, py_spy}, py_spy {...}
+
+`ops[op].shapes` is the shape corpus: every distinct shape the op was called with, and how often.
+"""
+from __future__ import annotations
+
+import json
+import re
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from autokernel import device
+from autokernel import ops as opspecs
+from autokernel.errors import UserError
+from autokernel.profile.recorder import Call
+
+SCHEMA = 1
+TRACES = Path("traces")
+
+
+def _layer_free(site: str) -> str:
+    return re.sub(r"^blk\.\d+\.", "blk.*.", site)
+
+
+def _distinct(items: list[dict]) -> list[dict]:
+    out: list[dict] = []
+    for it in items:
+        if it not in out:
+            out.append(it)
+    return out
+
+
+def charged_ms(calls: list[Call]) -> list[float]:
+    """Each call's time: measured, or (sampling) the mean of its (op, shape)'s timed calls."""
+    timed: dict[tuple, list[float]] = defaultdict(list)
+    for c in calls:
+        if c.timed and c.ms is not None:
+            timed[(c.op, c.shape)].append(c.ms)
+    means = {k: float(np.mean(v)) for k, v in timed.items()}
+    return [c.ms if c.timed and c.ms is not None else means.get((c.op, c.shape), 0.0) for c in calls]
+
+
+def summarize(calls: list[Call], non_op_ms: float) -> tuple[dict, float]:
+    """(ops section, total op ms). `non_op_ms` is the run's time outside op calls (glue, cache writes, sampling)."""
+    ms = charged_ms(calls)
+    total = float(sum(ms))
+    e2e = total + non_op_ms
+    by_op: dict[str, list[int]] = defaultdict(list)
+    for i, c in enumerate(calls):
+        by_op[c.op].append(i)
+    ops: dict[str, dict] = {}
+    for op, idx in by_op.items():
+        spec = opspecs.get(op)
+        t = np.array([ms[i] for i in idx])
+        flops = bytes_ = 0
+        sites: dict[str, dict] = {}
+        phases: dict[str, dict] = {}
+        shapes: dict[tuple, dict] = {}
+        for i in idx:
+            c = calls[i]
+            shape = dict(c.shape)
+            f, b = spec.flops(shape), spec.bytes_moved(shape, getattr(torch, c.dtype))
+            flops, bytes_ = flops + f, bytes_ + b
+            s = sites.setdefault(c.site, {"calls": 0, "total_ms": 0.0})
+            s["calls"] += 1
+            s["total_ms"] += ms[i]
+            p = phases.setdefault(c.phase, {"calls": 0, "total_ms": 0.0})
+            p["calls"] += 1
+            p["total_ms"] += ms[i]
+            e = shapes.setdefault(c.shape, {"shape": shape, "calls": 0, "timed_calls": 0, "total_ms": 0.0,
+                                            "flops": f, "bytes": b, "dtype": c.dtype, "_layouts": [],
+                                            "_sites": set()})
+            e["calls"] += 1
+            e["timed_calls"] += c.timed
+            if c.timed and c.ms is not None:
+                e["min_ms"] = min(e.get("min_ms", c.ms), c.ms)
+                e["max_ms"] = max(e.get("max_ms", c.ms), c.ms)
+            e["total_ms"] += ms[i]
+            e["_layouts"].append(c.layout)
+            e["_sites"].add(_layer_free(c.site))
+        for s in sites.values():
+            s["mean_ms"] = s["total_ms"] / s["calls"]
+            s["share"] = s["total_ms"] / total if total else 0.0
+        shape_list = []
+        for e in sorted(shapes.values(), key=lambda e: -e["total_ms"]):
+            layouts = e.pop("_layouts")
+            e["sites"] = sorted(e.pop("_sites"))
+            e["mean_ms"] = e["total_ms"] / e["calls"]
+            tensors = [[a for a in lay if len(a) == 4] for lay in layouts]
+            e["dtypes"] = _distinct([{a[0]: a[1] for a in ts} for ts in tensors])
+            e["sizes"] = _distinct([{a[0]: list(a[2]) for a in ts} for ts in tensors])
+            e["strides"] = _distinct([{a[0]: list(a[3]) for a in ts} for ts in tensors])
+            e["scalars"] = _distinct([{a[0]: a[1] for a in lay if len(a) == 2} for lay in layouts])
+            shape_list.append(e)
+        op_ms = float(t.sum())
+        ops[op] = {
+            "calls": len(idx),
+            "timed_calls": sum(calls[i].timed for i in idx),
+            "total_ms": op_ms,
+            "mean_ms": float(t.mean()),
+            "p50_ms": float(np.percentile(t, 50)),
+            "p95_ms": float(np.percentile(t, 95)),
+            "share": op_ms / total if total else 0.0,
+            "e2e_share": op_ms / e2e if e2e else 0.0,
+            "flops_per_call": flops / len(idx),
+            "bytes_per_call": bytes_ / len(idx),
+            "gbps": bytes_ / op_ms / 1e6 if op_ms else 0.0,
+            "gflops": flops / op_ms / 1e6 if op_ms else 0.0,
+            "phases": phases,
+            "sites": sites,
+            "shapes": shape_list,
+        }
+    ops = dict(sorted(ops.items(), key=lambda kv: -kv[1]["total_ms"]))
+    return ops, total
+
+
+def write(summary: dict, run_dir: Path) -> Path:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    path = run_dir / "summary.json"
+    path.write_text(json.dumps(summary, indent=1) + "\n")
+    return path
+
+
+def latest(root: Path = TRACES) -> Path:
+    """The newest run directory under `root` that holds a summary.json."""
+    runs = sorted(root.glob("*/summary.json"), key=lambda p: p.stat().st_mtime) if root.is_dir() else []
+    if not runs:
+        raise UserError(f"no trace under {root}/: run `autokernel profile` first, or pass a trace path")
+    return runs[-1].parent
+
+
+def load_trace(path: str | Path, check_device: bool = True) -> dict:
+    """A trace's summary from its run directory or its summary.json. Refuses other schemas and, unless told
+    otherwise, traces taken on another kind of device (their times mean nothing here)."""
+    path = Path(path)
+    file = path / "summary.json" if path.is_dir() else path
+    if not file.is_file():
+        raise UserError(f"{path}: no such trace (expected a traces/<run-id>/ directory or its summary.json)")
+    try:
+        trace = json.loads(file.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise UserError(f"{file}: not a valid trace: {e}") from None
+    if not isinstance(trace, dict) or "schema" not in trace or not isinstance(trace.get("ops"), dict):
+        raise UserError(f"{file}: not an autokernel trace summary (no 'schema' or 'ops')")
+    if trace["schema"] != SCHEMA:
+        raise UserError(f"{file}: trace schema {trace['schema']!r}, this autokernel reads schema {SCHEMA}: "
+                        f"re-run `autokernel profile`")
+    if check_device:
+        here, there = device.fingerprint(), trace.get("device") or {}
+        if there.get("kind") != here["kind"] or there.get("gpu") != here.get("gpu"):
+            raise UserError(f"{file}: trace taken on {_device_name(there)}, this machine is {_device_name(here)}: "
+                            f"re-run `autokernel profile` here")
+    trace["_path"] = str(file)
+    return trace
+
+
+def _device_name(fp: dict) -> str:
+    return f"{fp.get('kind', '?')} ({fp.get('gpu') or fp.get('cpu') or 'unknown'})"
+
+
+def shape_corpus(trace: dict, op: str) -> list[tuple[dict, int]]:
+    """[(shape, calls)] for one op, most time first: the shapes the live engine called it with. [] if the run
+    never called it."""
+    if op not in opspecs.OPS:
+        raise UserError(f"unknown op {op!r}; known ops: {', '.join(opspecs.OPS)}")
+    entry = trace["ops"].get(op)
+    if entry is None:
+        return []
+    return [(dict(s["shape"]), int(s["calls"])) for s in entry["shapes"]]

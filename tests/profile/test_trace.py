@@ -1,0 +1,82 @@
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from autokernel import device
+from autokernel.errors import UserError
+from autokernel.profile import trace
+
+
+def test_schema_round_trip(ref_trace_dir, tiny_workload):
+    t = trace.load_trace(ref_trace_dir)
+    assert t == trace.load_trace(ref_trace_dir / "summary.json")
+    assert t["schema"] == trace.SCHEMA == 1
+    assert t["device"]["kind"] == device.kind()
+    assert t["workload"]["sha256"] == hashlib.sha256(tiny_workload.read_bytes()).hexdigest()
+    assert t["weights"] == "quant" and t["kernels"] == "reference"
+    for key in ("calls", "total_ms", "mean_ms", "p50_ms", "p95_ms", "share", "flops_per_call", "bytes_per_call",
+                "gbps", "gflops", "sites", "shapes"):
+        assert key in t["ops"]["matmul_q4_1"], key
+
+
+def test_shares_sum_to_one_and_totals_add_up(ref_trace_dir):
+    t = trace.load_trace(ref_trace_dir)
+    ops = t["ops"].values()
+    assert sum(e["share"] for e in ops) == pytest.approx(1.0)
+    assert sum(e["total_ms"] for e in ops) == pytest.approx(t["total_op_ms"])
+    assert sum(e["e2e_share"] for e in ops) == pytest.approx(t["total_op_ms"] / t["totals"]["e2e_ms"])
+    for e in ops:
+        assert sum(s["total_ms"] for s in e["sites"].values()) == pytest.approx(e["total_ms"])
+        assert sum(s["calls"] for s in e["shapes"]) == e["calls"]
+        assert sum(s["total_ms"] for s in e["shapes"]) == pytest.approx(e["total_ms"])
+        assert e["p50_ms"] <= e["p95_ms"] and e["mean_ms"] == pytest.approx(e["total_ms"] / e["calls"])
+
+
+def test_shape_corpus(ref_trace_dir):
+    t = trace.load_trace(ref_trace_dir)
+    corpus = trace.shape_corpus(t, "matmul_q4_1")
+    assert all(isinstance(s, dict) and isinstance(n, int) for s, n in corpus)
+    assert sum(n for _, n in corpus) == t["ops"]["matmul_q4_1"]["calls"]
+    assert trace.shape_corpus(t, "matmul") == []  # quant weights: the float matmul never ran
+    with pytest.raises(UserError, match="unknown op 'matmul_q5'"):
+        trace.shape_corpus(t, "matmul_q5")
+
+
+def _copy_with(src: Path, dst: Path, **changes) -> Path:
+    dst.mkdir()
+    doc = json.loads((src / "summary.json").read_text())
+    for k, v in changes.items():
+        doc[k] = v
+    (dst / "summary.json").write_text(json.dumps(doc))
+    return dst
+
+
+def test_refuses_older_schema_other_device_and_junk(ref_trace_dir, tmp_path):
+    old = _copy_with(ref_trace_dir, tmp_path / "old", schema=0)
+    with pytest.raises(UserError, match="schema 0, this autokernel reads schema 1"):
+        trace.load_trace(old)
+    gpu = {"kind": "cuda" if device.kind() != "cuda" else "cpu-interpreter", "gpu": "NVIDIA H100 80GB HBM3"}
+    other = _copy_with(ref_trace_dir, tmp_path / "other", device=gpu)
+    with pytest.raises(UserError, match="trace taken on"):
+        trace.load_trace(other)
+    assert trace.load_trace(other, check_device=False)["device"] == gpu
+    (tmp_path / "junk.json").write_text("{not json")
+    with pytest.raises(UserError, match="not a valid trace"):
+        trace.load_trace(tmp_path / "junk.json")
+    (tmp_path / "list.json").write_text("[1, 2]")
+    with pytest.raises(UserError, match="not an autokernel trace"):
+        trace.load_trace(tmp_path / "list.json")
+    with pytest.raises(UserError, match="no such trace"):
+        trace.load_trace(tmp_path / "missing")
+
+
+def test_latest(ref_trace_dir, tmp_path):
+    with pytest.raises(UserError, match="no trace under"):
+        trace.latest(tmp_path)
+    a = shutil.copytree(ref_trace_dir, tmp_path / "20250101-000000-aaaaaa")
+    b = shutil.copytree(ref_trace_dir, tmp_path / "20250101-000001-bbbbbb")
+    (b / "summary.json").touch()
+    assert trace.latest(tmp_path) == b and a != b
