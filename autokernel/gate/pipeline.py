@@ -1,0 +1,85 @@
+"""verify(): one candidate through the gate's stages, cheapest first, stopping at the first failure.
+
+static (parse only, in this process) -> runtime + numeric (one sandboxed run of the candidate, judged here) ->
+STAGES (appended by the stages' owners: the end-to-end KL stage on the live model goes there) -> Verdict, written
+to <job_dir>/verdict.json.
+"""
+from __future__ import annotations
+
+import hashlib
+import secrets
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from autokernel import device
+from autokernel.gate import numeric, static
+from autokernel.gate.verdict import StageResult, Verdict
+from autokernel.ops import get
+from autokernel.policy import Policy
+
+PROJECT = Path(__file__).resolve().parents[2]
+
+Stage = Callable[[str, Path, Policy], StageResult]
+# Stages run after static, runtime and numeric have passed, in order, each given (op, candidate file, policy); the
+# candidate file is the gate's own copy (the bytes that were hashed). The engine owner appends the end-to-end stage:
+#     from autokernel.gate.pipeline import STAGES; STAGES.append(e2e_check)
+STAGES: list[Stage] = []
+
+
+def default_run_dir(op: str) -> Path:
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    return PROJECT / "sandbox" / f"verify-{stamp}-{op}-{secrets.token_hex(2)}"
+
+
+def verify(op: str, candidate_path: str | Path, *, shapes: list[dict] | None = None, seed: int | None = None,
+           policy: Policy | None = None, run_dir: str | Path | None = None,
+           dtypes: list[torch.dtype] | None = None, dists: list[str] | None = None,
+           stages: list[Stage] | None = None) -> Verdict:
+    """Judge `candidate_path` as a replacement for kernels/<op>.py.
+
+    shapes: the traced shapes (default: the spec's model shapes); the spec's odd shapes and one larger shape are
+    always added. seed: None draws a fresh secret one. dtypes/dists narrow the case grid (tests); the default is
+    every dtype of the spec and every distribution. Raises KeyError for an unknown op, OSError for an unreadable
+    candidate (the command turns both into exit code 2).
+    """
+    t0 = time.perf_counter()
+    spec = get(op)
+    source = Path(candidate_path).read_bytes()
+    sha = hashlib.sha256(source).hexdigest()
+    seed = secrets.randbits(63) if seed is None else int(seed)
+    policy = policy or Policy()
+    job_dir = Path(run_dir) if run_dir else default_run_dir(op)
+    job_dir = job_dir / f"{op}-{sha[:12]}"
+    job_dir.mkdir(parents=True, exist_ok=True)
+    copy = job_dir / f"{op}.py"  # what the sandbox imports and later stages read: exactly the hashed bytes
+    copy.write_bytes(source)
+    results: list[StageResult] = []
+
+    def timed(fn, *args):
+        s = time.perf_counter()
+        out = fn(*args)
+        for r in out if isinstance(out, tuple) else (out,):
+            if r is not None:
+                r.elapsed_s = round(time.perf_counter() - s, 3)
+        return out
+
+    results.append(timed(static.check_source, source, op))
+    if results[-1].passed:
+        planned = numeric.plan(spec, shapes, dtypes, dists)
+        runtime, num = timed(numeric.run, spec, copy, job_dir, policy.sandbox, seed, planned)
+        results += [r for r in (runtime, num) if r is not None]
+    for stage in (STAGES if stages is None else stages):
+        if not all(r.passed for r in results):
+            break
+        results.append(timed(stage, op, copy, policy))
+    accepted = all(r.passed for r in results)
+    v = Verdict(op=op, candidate=str(candidate_path), candidate_sha256=sha,
+                verdict="accepted" if accepted else "rejected", stages=results, seed=seed,
+                device=dict(device.fingerprint()), elapsed_s=round(time.perf_counter() - t0, 3),
+                run_dir=str(job_dir))
+    v.write(job_dir / "verdict.json")
+    return v

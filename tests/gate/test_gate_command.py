@@ -1,0 +1,83 @@
+"""`autokernel verify`: exit codes 0 accepted, 1 rejected, 2 bad input; a readable summary or the verdict as JSON."""
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from autokernel.gate import command, numeric
+from autokernel.gate.command import load_trace_shapes, verify_command
+from autokernel.errors import UserError
+
+FIXTURES = Path(__file__).parent / "fixtures" / "rmsnorm"
+PROJECT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(autouse=True)
+def _in_tmp(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # verdicts land in sandbox/ under the project; no policies.yaml here
+    monkeypatch.setattr("autokernel.gate.pipeline.default_run_dir", lambda op: tmp_path / "runs" / op)
+
+
+def test_unknown_op_and_missing_file_are_bad_input(capsys):
+    assert verify_command("no_such_op", FIXTURES / "legit_two_pass.py") == 2
+    assert "unknown op 'no_such_op'" in capsys.readouterr().err
+    assert verify_command("rmsnorm", Path("missing.py")) == 2
+    assert "missing.py: no such candidate file" in capsys.readouterr().err
+
+
+def test_rejected_is_exit_1_with_reason_and_detail(capsys):
+    assert verify_command("rmsnorm", FIXTURES / "fallback_try_except.py") == 1
+    out = capsys.readouterr().out
+    assert "REJECTED" in out and "static.fallback" in out and "verdict.json" in out
+
+
+def test_json_output(capsys):
+    assert verify_command("rmsnorm", FIXTURES / "call_functional.py", seed=3, as_json=True) == 1
+    d = json.loads(capsys.readouterr().out)
+    assert d["verdict"] == "rejected" and d["reason"] == "static.forbidden_import" and d["seed"] == 3
+
+
+def test_accepted_is_exit_0(capsys, monkeypatch):
+    quick = numeric.plan
+    monkeypatch.setattr(numeric, "plan", lambda spec, shapes, dtypes, dists:
+                        quick(spec, shapes, [torch.float32], ["normal"]))
+    trace = Path("trace.json")
+    trace.write_text(json.dumps({"ops": {"rmsnorm": {"shapes": [{"M": 2, "N": 576}]}}}))
+    assert verify_command("rmsnorm", PROJECT / "kernels" / "rmsnorm.py", trace=trace) == 0
+    out = capsys.readouterr().out
+    assert "ACCEPTED" in out and "numeric" in out
+
+
+def test_bad_trace_is_bad_input(capsys):
+    Path("t.json").write_text("{not json")
+    assert verify_command("rmsnorm", FIXTURES / "legit_two_pass.py", trace=Path("t.json")) == 2
+    assert "not JSON" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("layout", [
+    {"ops": {"rmsnorm": {"shapes": [{"M": 2, "N": 576}, {"M": 2, "N": 576}]}}},
+    {"shapes": {"rmsnorm": [{"M": 2, "N": 576}]}},
+    {"rmsnorm": [{"shape": {"M": 2, "N": 576}, "calls": 7}]},
+])
+def test_trace_layouts(tmp_path, layout):
+    (tmp_path / "summary.json").write_text(json.dumps(layout))
+    assert load_trace_shapes(tmp_path, "rmsnorm") == [{"M": 2, "N": 576}]
+
+
+def test_trace_without_the_op(tmp_path):
+    (tmp_path / "summary.json").write_text(json.dumps({"shapes": {"matmul": [{"M": 1, "N": 2, "K": 3}]}}))
+    with pytest.raises(UserError, match="no shapes recorded for op 'rmsnorm'"):
+        load_trace_shapes(tmp_path, "rmsnorm")
+
+
+def test_registers_on_the_cli():
+    import typer
+    app = typer.Typer()
+
+    @app.command()
+    def other() -> None:
+        pass
+
+    command.register(app)
+    assert "verify" in {c.name for c in app.registered_commands}

@@ -1,0 +1,184 @@
+"""The red team: every cheating fixture is rejected with its reason code, every legitimate rewrite is accepted.
+
+Fixtures the static stage rejects are checked in test_gate_static.py (no sandbox needed). Here each remaining
+fixture goes through the whole gate (sandbox included) on a quick case grid (one traced shape plus the unseen ones,
+float32, the distributions its header asks for); fixtures with a `runtime-expect` header also go through the runtime and numeric stages with the static
+stage skipped, to show the second line of defence holds on its own. Jobs run two at a time.
+"""
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+import torch
+
+from autokernel.gate import StageResult, Verdict, verify
+from autokernel.gate import numeric
+from autokernel.ops import get
+from autokernel.policy import Policy
+from gate_fixtures import QUICK_DTYPES, QUICK_SHAPES, fixtures
+
+PROJECT = Path(__file__).resolve().parents[2]
+DYNAMIC = [f for f in fixtures() if not f.expect.startswith("static.")]
+DEFENCE = [f for f in fixtures() if f.runtime_expect]
+
+
+def _e2e_fails(op: str, candidate: Path, policy: Policy) -> StageResult:
+    return StageResult.fail("e2e", "e2e.kl_exceeded", f"stub stage saw {candidate.name} for {op}")
+
+
+def _full(fx, run_dir: Path, stages=None) -> Verdict:
+    return verify(fx.op, fx.path, run_dir=run_dir, shapes=QUICK_SHAPES.get(fx.op), dtypes=QUICK_DTYPES,
+                  dists=fx.dists, stages=stages)
+
+
+def _runtime_only(fx, run_dir: Path) -> StageResult:
+    """Runtime and numeric with the static stage skipped (as if it had missed the cheat)."""
+    spec = get(fx.op)
+    job = run_dir / f"defence-{fx.op}-{fx.path.stem}"
+    job.mkdir(parents=True)
+    copy = job / f"{fx.op}.py"
+    copy.write_bytes(fx.path.read_bytes())
+    planned = numeric.plan(spec, QUICK_SHAPES.get(fx.op), QUICK_DTYPES, fx.dists)
+    runtime, num = numeric.run(spec, copy, job, Policy().sandbox, 12345, planned)
+    return runtime if not runtime.passed else num
+
+
+@pytest.fixture(scope="session")
+def jobs(request, tmp_path_factory):
+    """Submit only the jobs of the tests that were collected, two at a time; tests wait on their own."""
+    run_dir = tmp_path_factory.mktemp("gate")
+    wanted = {(item.originalname, item.callspec.params["fx"].id) for item in request.session.items
+              if hasattr(item, "callspec") and "fx" in item.callspec.params}
+    names = {item.originalname for item in request.session.items}
+    pool = ThreadPoolExecutor(max_workers=2)
+    futures = {}
+    if "test_stage_hook_runs_after_numeric" in names:
+        legit = next(f for f in DYNAMIC if f.path.stem == "legit_block_warps")
+        futures["hook"] = pool.submit(_full, legit, run_dir / "hook", [_e2e_fails])
+    for fx in DYNAMIC:
+        if ("test_fixture_verdict", fx.id) in wanted:
+            futures[("full", fx.id)] = pool.submit(_full, fx, run_dir / "full")
+    for fx in DEFENCE:
+        if ("test_runtime_catches_without_static", fx.id) in wanted:
+            futures[("defence", fx.id)] = pool.submit(_runtime_only, fx, run_dir)
+    yield futures
+    pool.shutdown(wait=True, cancel_futures=True)
+
+
+@pytest.mark.parametrize("fx", DYNAMIC, ids=lambda f: f.id)
+def test_fixture_verdict(fx, jobs):
+    v = jobs[("full", fx.id)].result()
+    got = "accepted" if v.accepted else v.reason
+    assert got == fx.expect, f"{fx.id}: {v.detail}"
+    if fx.expect == "accepted":
+        assert [s.name for s in v.stages] == ["static", "runtime", "numeric"]
+        assert v.stages[1].metrics["launches"] >= v.stages[1].metrics["calls"] > 0
+    else:
+        assert v.detail and "\n" not in v.detail
+
+
+@pytest.mark.parametrize("fx", DEFENCE, ids=lambda f: f.id)
+def test_runtime_catches_without_static(fx, jobs):
+    r = jobs[("defence", fx.id)].result()
+    assert not r.passed and r.reason == fx.runtime_expect, f"{fx.id}: {r.reason}: {r.detail}"
+
+
+def test_stage_hook_runs_after_numeric(jobs):
+    """An appended stage (the end-to-end KL stage's slot) runs once numeric passed, on the gate's copy."""
+    v = jobs["hook"].result()
+    assert [s.name for s in v.stages] == ["static", "runtime", "numeric", "e2e"]
+    assert v.verdict == "rejected" and v.reason == "e2e.kl_exceeded" and "rmsnorm.py for rmsnorm" in v.detail
+
+
+def test_stage_hook_skipped_after_a_failure(tmp_path):
+    seen = []
+
+    def stage(op, candidate, policy):
+        seen.append(op)
+        return StageResult.ok("e2e")
+
+    fx = next(f for f in fixtures() if f.path.stem == "call_torch_rsqrt")
+    v = verify(fx.op, fx.path, run_dir=tmp_path, stages=[stage])
+    assert v.reason == "static.forbidden_call" and seen == [] and [s.name for s in v.stages] == ["static"]
+
+
+def test_verdict_is_a_plain_json_value(tmp_path):
+    fx = next(f for f in fixtures() if f.path.stem == "fallback_try_except")
+    v = verify(fx.op, fx.path, run_dir=tmp_path, seed=7)
+    on_disk = Verdict.from_dict(__import__("json").loads((Path(v.run_dir) / "verdict.json").read_text()))
+    assert on_disk.to_dict() == v.to_dict()
+    d = v.to_dict()
+    assert d["verdict"] == "rejected" and d["reason"] == "static.fallback" and d["seed"] == 7
+    assert len(d["candidate_sha256"]) == 64 and d["device"]["kind"] in ("cuda", "cpu-interpreter")
+    assert d["stages"][0]["name"] == "static" and d["elapsed_s"] >= 0
+
+
+# --- the plan and the inputs (no sandbox) ----------------------------------------------------------------------------
+
+def test_default_plan_is_thorough():
+    spec = get("rmsnorm")
+    planned = numeric.plan(spec, None, None, None)
+    shapes = {tuple(s.items()) for s, *_ in planned}
+    assert {tuple(s.items()) for s in spec.model_shapes + spec.odd_shapes} < shapes  # plus a larger one
+    biggest = max(spec.flops(s) for s in spec.model_shapes)
+    assert any(spec.flops(dict(s)) > biggest for s in shapes)
+    assert {d for _, _, d, _ in planned} == set(numeric.DISTS) and {dt for _, dt, _, _ in planned} == set(spec.dtypes)
+    assert len(planned) == len(shapes) * len(spec.dtypes) * len(numeric.DISTS)
+    three = {(tuple(s.items()), dt) for s, dt, _, calls in planned if calls == 3}
+    assert len(three) == len(shapes) * len(spec.dtypes)  # determinism and refill on every shape x dtype
+
+
+def test_trace_shapes_replace_model_shapes_and_unseen_ones_stay():
+    spec = get("rmsnorm")
+    planned = numeric.plan(spec, [{"M": 7, "N": 576}], [torch.float32], ["normal"])
+    shapes = [s for s, *_ in planned]
+    assert shapes[0] == {"M": 7, "N": 576} and {"M": 96, "N": 576} not in shapes
+    assert all(dict(s) in shapes for s in spec.odd_shapes) and {"M": 15, "N": 576} in shapes
+
+
+def test_inputs_follow_the_seed_and_only_the_seed():
+    spec = get("rmsnorm")
+    planned = numeric.plan(spec, None, [torch.float32], ["mixed"])[:2]
+    a, b, c = (numeric.make_cases(spec, planned, s) for s in (1, 1, 2))
+    assert torch.equal(a[0].a["x"], b[0].a["x"]) and not torch.equal(a[0].a["x"], c[0].a["x"])
+    assert not torch.equal(a[0].a["x"], a[0].b["x"])  # the refill values are new values
+    assert numeric.poison_bits(1) != numeric.poison_bits(2)
+
+
+def test_child_never_receives_the_seed(tmp_path):
+    seen = {}
+
+    class Fake:
+        ok, reason, detail, wall_s, isolation = False, "sandbox.error", "stop here", 0.0, "none"
+
+    def fake_run(entry, payload, job_dir, limits):
+        seen.update(payload=payload, files=sorted(p.name for p in (job_dir / "in").iterdir()))
+        return Fake()
+
+    spec = get("rmsnorm")
+    seed = 987654321987654321
+    planned = numeric.plan(spec, None, [torch.float32], ["normal"])
+    runtime, _ = numeric.run(spec, tmp_path / "rmsnorm.py", tmp_path, Policy().sandbox, seed, planned,
+                             sandbox_run=fake_run)
+    assert runtime.reason == "sandbox.error"
+    assert str(seed) not in repr(seen["payload"]) and "seed" not in repr(seen["payload"])
+    assert seen["files"] and all(f.endswith(".pt") for f in seen["files"])
+    assert not (tmp_path / "in").exists()  # inputs are removed once the job is over
+
+
+def test_broken_eager_does_not_make_the_tolerance_unfailable():
+    """fp16 'wide' rows overflow eager torch's x.pow(2) (eager returns zeros); the bound must still be tight."""
+    spec = get("rmsnorm")
+    gen = torch.Generator().manual_seed(0)
+    kw = spec.make_inputs({"M": 8, "N": 576}, torch.float16, "cpu", gen, "wide")
+    from autokernel.ops.spec import upcast
+    ref64 = spec.reference(**upcast(kw))
+    eager = spec.reference(**kw)
+    wrong = (ref64 * 1.01).to(torch.float16)  # 1% off everywhere: must fail
+    with pytest.raises(numeric._Reject) as e:
+        numeric._judge_call([wrong], [eager], [ref64], {}, "test", {})
+    assert e.value.reason == "numeric.mismatch"
+    right = ref64.to(torch.float16)
+    numeric._judge_call([right], [eager], [ref64], {}, "test", {})
