@@ -75,8 +75,11 @@ def stage(op: str, candidate: Path, policy: Policy, job_dir: Path | None = None)
     t0 = time.perf_counter()
     job_dir = job_dir or candidate.parent / "e2e"
     job_dir.mkdir(parents=True, exist_ok=True)
+    inside = job_dir / candidate.name  # the sandbox sees only its own job dir (and the trusted code)
+    if inside.resolve() != candidate.resolve():
+        inside.write_bytes(candidate.read_bytes())
     base = baseline(policy)
-    payload = {"op": op, "candidate": str(candidate), "model": policy.target.model, "backend": backend(),
+    payload = {"op": op, "candidate": str(inside), "model": policy.target.model, "backend": backend(),
                "weights": policy.target.weights, "seqs": base["seqs"], "prompt_lens": base["prompt_lens"],
                "max_new_tokens": policy.e2e.max_new_tokens}
     res = sandbox.run("autokernel.gate.e2e_child:run", payload, job_dir, policy.sandbox)

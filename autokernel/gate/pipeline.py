@@ -27,7 +27,12 @@ Stage = Callable[[str, Path, Policy], StageResult]
 # Stages run after static, runtime and numeric have passed, in order, each given (op, candidate file, policy); the
 # candidate file is the gate's own copy (the bytes that were hashed). The engine owner appends the end-to-end stage:
 #     from autokernel.gate.pipeline import STAGES; STAGES.append(e2e_check)
-STAGES: list[Stage] = []
+def _e2e(op: str, candidate: Path, policy: Policy) -> StageResult:
+    from autokernel.gate import e2e
+    return e2e.stage(op, candidate, policy)
+
+
+STAGES: list[Stage] = [_e2e]
 
 
 def default_run_dir(op: str) -> Path:
