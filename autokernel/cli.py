@@ -85,24 +85,11 @@ def main() -> None:
         sys.exit(130)
     except SystemExit:
         raise
-    except Exception as e:  # click's usage errors arrive here in non-standalone mode
-        import click
-        if isinstance(e, click.exceptions.ClickException):
+    except Exception as e:  # click's (or typer's vendored click's) usage errors arrive here in non-standalone mode
+        names = {c.__name__ for c in type(e).__mro__}
+        if "ClickException" in names:
             e.show()
             sys.exit(2)
-        if isinstance(e, click.exceptions.Abort):
+        if "Abort" in names:
             sys.exit(130)
         raise
-
-
-@app.command("bench")
-def bench(
-    op: str = typer.Argument(..., help="The op (kernels/<op>.py is the incumbent)."),
-    candidates: List[Path] = typer.Argument(None, help="Candidate files replacing kernels/<op>.py."),
-    trace: Optional[Path] = typer.Option(None, help="traces/<run>/ whose shape corpus and call counts weight the "
-                                                    "shapes (default: the op's model shapes, equal weights)."),
-    as_json: bool = typer.Option(False, "--json", help="JSON for machines."),
-):
-    """Interleaved A/B timing of the incumbent against candidates, with confidence intervals. Exit 0 if one wins."""
-    from autokernel.bench.command import bench_command
-    raise typer.Exit(bench_command(op, list(candidates or []), trace, as_json))

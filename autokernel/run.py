@@ -189,6 +189,26 @@ def work_on(op: str, state: RunState, pol, console: Console, *, agent: Optional[
     return out
 
 
+def fits(op: str, t: dict, pol, console: Console) -> bool:
+    """On the CPU interpreter, can one candidate's end-to-end check finish within its share of the wall budget?
+
+    The check runs the model 1 + e2e.max_new_tokens times with the op swapped in (every other op on its torch
+    reference); from the trace, one forward costs the op total_ms / forwards. On CUDA everything fits.
+    """
+    if device.is_cuda():
+        return True
+    ops = t.get("ops", {})
+    forwards = max(1, ops.get("lm_head", {}).get("calls", 1))
+    est_s = ops.get(op, {}).get("total_ms", 0.0) / forwards * (1 + pol.e2e.max_new_tokens) / 1e3
+    per_candidate_s = pol.agent.max_wall_s / pol.agent.max_iterations
+    if est_s > per_candidate_s:
+        console.print(f"[yellow]skipping {op}: one end-to-end check would take ~{est_s:.0f} s on the Triton "
+                      f"interpreter (budget {per_candidate_s:.0f} s per candidate); `autokernel run --op {op}` "
+                      "tries it anyway[/]")
+        return False
+    return True
+
+
 def pipeline(*, op: Optional[str], agent: Optional[str], model: Optional[str], base_url: Optional[str],
              repo: Optional[Path], yes: bool, interactive: bool, resume: Optional[Path], trace: Optional[Path],
              policy_file: Optional[Path], console: Console) -> tuple[RunState, list[OpOutcome]]:
@@ -219,7 +239,8 @@ def pipeline(*, op: Optional[str], agent: Optional[str], model: Optional[str], b
     ranked = rank_mod.rank(t, pol)
     print_rank(t, ranked)
     if not state.ops:
-        state.ops = [op] if op else [r.op for r in ranked if r.status == "target"][: pol.agent.top_k_ops]
+        state.ops = [op] if op else [r.op for r in ranked if r.status == "target" and fits(r.op, t, pol, console)
+                                     ][: pol.agent.top_k_ops]
         state.save()
     outcomes = []
     for name in state.ops:

@@ -1,0 +1,71 @@
+"""`autokernel run` and `autokernel nightly` as a user runs them, in a temporary clone: the clone's branch, index and
+working tree are unchanged whatever the outcome; a win is one commit on autokernel's own branch."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import git
+import pytest
+
+ROOT = Path(__file__).parents[2]
+pytestmark = pytest.mark.slow
+CLI = [sys.executable, "-c", "from autokernel.cli import main; main()"]
+
+
+@pytest.fixture(scope="module")
+def trace(tmp_path_factory):
+    """One profile of the default workload, shared by the tests (each run would otherwise profile again)."""
+    out = tmp_path_factory.mktemp("traces")
+    r = subprocess.run(CLI + ["profile", "--out", str(out)], capture_output=True, text=True, timeout=900, cwd=ROOT)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return next(out.iterdir())
+
+
+@pytest.fixture
+def clone(tmp_path):
+    repo = git.Repo.clone_from(ROOT, tmp_path / "clone")
+    (tmp_path / "clone" / "policies.yaml").write_text(
+        "agent:\n  provider: search\n  max_iterations: 2\nbench:\n  max_time_s: 10\n")
+    (tmp_path / "clone" / "kernels" / "rmsnorm.py").write_text(
+        (tmp_path / "clone" / "kernels" / "rmsnorm.py").read_text() + "# the user's uncommitted edit\n")
+    return repo
+
+
+def state(repo):
+    return (repo.active_branch.name, repo.head.commit.hexsha, repo.git.status("--porcelain"), repo.git.diff())
+
+
+def test_run_commits_or_cleanly_reports_no_improvement(clone, trace):
+    before, heads = state(clone), {h.name for h in clone.heads}
+    r = subprocess.run(CLI + ["run", "--agent", "search", "--op", "rmsnorm", "--yes", "--repo", clone.working_dir,
+                              "--trace", str(trace)], capture_output=True, text=True, timeout=1500,
+                       cwd=clone.working_dir)
+    print(r.stdout[-3000:])
+    assert r.returncode in (0, 1), r.stderr[-3000:]
+    assert "interpreter timing" in r.stdout
+    assert state(clone) == before
+    new = {h.name for h in clone.heads} - heads
+    if r.returncode == 1:
+        assert "no improvement" in r.stdout and not new
+    else:
+        (branch,) = new
+        c = clone.commit(branch)
+        assert c.parents[0].hexsha == before[1] and "kernels/rmsnorm.py" in c.stats.files
+        for needle in ("speedup", "KL mean", "top-1", "Reproduce: `autokernel verify rmsnorm", "Device:"):
+            assert needle in c.message
+
+
+def test_nightly_writes_summary_and_pr(clone, trace, tmp_path):
+    before = state(clone)
+    out = tmp_path / "nightly"
+    env = {k: v for k, v in os.environ.items() if k != "GITHUB_TOKEN"}
+    r = subprocess.run(CLI + ["nightly", "--op", "rmsnorm", "--repo", clone.working_dir, "--trace", str(trace),
+                              "--out", str(out)], capture_output=True, text=True, timeout=1500,
+                       cwd=clone.working_dir, env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["outcomes"][0]["op"] == "rmsnorm" and summary["device"]["kind"]
+    assert (out / "pr.md").read_text().startswith("# autokernel")
+    assert state(clone) == before
