@@ -22,6 +22,7 @@ def greedy(eng, rows: list[list[int]], max_new_tokens: int) -> list[list[int]]:
 
 
 def run(payload: dict, job_dir: Path) -> dict:
+    import kernels  # noqa: F401  sets TRITON_INTERPRET on CPU before the candidate's triton import
     from autokernel.engine import open_engine
     eng = open_engine(payload["model"], kernels=payload["backend"], weights=payload["weights"],
                       overrides={payload["op"]: payload["candidate"]})
