@@ -63,27 +63,22 @@ def test_longest_run():
     assert longest_run([1, 2, 2, 2, 2, 3]) == 4 and longest_run([]) == 0 and longest_run([1, 2, 1]) == 1
 
 
-@pytest.fixture(scope="module")
-def smollm_pair():
-    return open_engine(kernels="reference"), open_engine(kernels="triton")
-
-
 @pytest.mark.slow
-def test_smollm_triton_distributions_match_reference(smollm_pair):
-    ref, tri = smollm_pair
-    rows = [ref.encode_prompt(p) for p in PROMPTS]
-    lr, mask = teacher_forced(ref, rows)
-    lt, _ = teacher_forced(tri, rows)
-    d = divergence(lr, lt, mask)
-    print(f"SmolLM2 KL(reference || triton) over {d.positions} positions: mean {d.kl_mean:.2e} "
-          f"p99 {d.kl_p99:.2e} max {d.kl_max:.2e} top1 {d.top1:.3f}")
-    assert d.kl_max < 1e-4 and d.top1 >= 0.99
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("backend", ["reference", "triton"])
-def test_smollm_knows_paris(smollm_pair, backend):
-    eng = smollm_pair[0] if backend == "reference" else smollm_pair[1]
-    g = generate(eng.model, eng.tokenizer, [eng.encode_prompt("What is the capital of France?")], 12)
-    text = eng.tokenizer.decode(g.new_ids[0])
+def test_smollm_answers_paris_on_both_backends():
+    """Greedy reference answer contains Paris; the Triton engine, teacher-forced on that answer, predicts exactly the
+    same token at every answer position (so its own greedy run produces the same text) with a tiny KL.
+    One Triton forward instead of a token-by-token generation: the interpreter needs ~1 min per forward here."""
+    ref, tri = open_engine(kernels="reference"), open_engine(kernels="triton")
+    prompt = ref.encode_prompt("What is the capital of France?")
+    answer = generate(ref.model, ref.tokenizer, [prompt], 12).new_ids[0]
+    text = ref.tokenizer.decode(answer)
     assert "Paris" in text, text
+    seq = prompt + answer
+    lr, mask = teacher_forced(ref, [seq])
+    lt, _ = teacher_forced(tri, [seq])
+    d = divergence(lr, lt, mask)
+    print(f"SmolLM2 {text!r}; KL(reference || triton) over {d.positions} positions: mean {d.kl_mean:.2e} "
+          f"p99 {d.kl_p99:.2e} max {d.kl_max:.2e} top1 {d.top1:.3f}")
+    predicted = lt[0, len(prompt) - 1:-1].argmax(-1).tolist()  # the token each answer position would pick
+    assert predicted == answer, (tri.tokenizer.decode(predicted), text)
+    assert d.kl_max < 1e-4 and d.top1 == 1.0
