@@ -57,6 +57,19 @@ def generate(
                f"{g.prefill_s:.2f} s, decode {tps:.2f} tok/s]", err=True)
 
 
+@app.command("bench")
+def bench(
+    op: str = typer.Argument(..., help="The op (kernels/<op>.py is the incumbent)."),
+    candidates: List[Path] = typer.Argument(None, help="Candidate files replacing kernels/<op>.py."),
+    trace: Optional[Path] = typer.Option(None, help="traces/<run>/ whose shape corpus and call counts weight the "
+                                                    "shapes (default: the op's model shapes, equal weights)."),
+    as_json: bool = typer.Option(False, "--json", help="JSON for machines."),
+):
+    """Interleaved A/B timing of the incumbent against candidates, with confidence intervals. Exit 0 if one wins."""
+    from autokernel.bench.command import bench_command
+    raise typer.Exit(bench_command(op, list(candidates or []), trace, as_json))
+
+
 def _register_optional() -> None:
     """Stages that live in their own packages register their commands here."""
     import importlib
@@ -76,7 +89,8 @@ def _register_optional() -> None:
 def main() -> None:
     _register_optional()
     try:
-        app(standalone_mode=False)
+        rc = app(standalone_mode=False)  # typer.Exit(code) comes back as the return value here
+        sys.exit(rc if isinstance(rc, int) else 0)
     except UserError as e:
         typer.echo(f"autokernel: error: {e}", err=True)
         sys.exit(e.exit_code)

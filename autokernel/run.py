@@ -216,6 +216,9 @@ def pipeline(*, op: Optional[str], agent: Optional[str], model: Optional[str], b
     repo = Path(repo or PROJECT).resolve()
     from autokernel.git import open_repo
     open_repo(repo)  # fail early (exit 2) when the target is not a git repository
+    if op:
+        from autokernel.agent.command import check_op
+        check_op(op, pol)  # an unknown or protected op is bad input: say so before profiling
     if not device.is_cuda():
         console.print("[bold yellow]CPU machine: kernels run through the Triton interpreter. Every timing below is "
                       "an interpreter timing — a correctness vehicle, never a GPU speedup.[/]")

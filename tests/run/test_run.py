@@ -11,7 +11,8 @@ import pytest
 
 ROOT = Path(__file__).parents[2]
 pytestmark = pytest.mark.slow
-CLI = [sys.executable, "-c", "from autokernel.cli import main; main()"]
+# the installed console script: `python -c` would import the clone's own copy of autokernel from the cwd
+CLI = [str(Path(sys.executable).parent / "autokernel")]
 
 
 @pytest.fixture(scope="module")
@@ -44,6 +45,7 @@ def test_run_commits_or_cleanly_reports_no_improvement(clone, trace):
                        cwd=clone.working_dir)
     print(r.stdout[-3000:])
     assert r.returncode in (0, 1), r.stderr[-3000:]
+    assert "sandbox.error" not in r.stdout
     assert "interpreter timing" in r.stdout
     assert state(clone) == before
     new = {h.name for h in clone.heads} - heads
@@ -69,3 +71,12 @@ def test_nightly_writes_summary_and_pr(clone, trace, tmp_path):
     assert summary["outcomes"][0]["op"] == "rmsnorm" and summary["device"]["kind"]
     assert (out / "pr.md").read_text().startswith("# autokernel")
     assert state(clone) == before
+
+
+@pytest.mark.parametrize("args,needle", [(["run", "--op", "nosuch"], "unknown op 'nosuch'"),
+                                         (["run", "--op", "lm_head"], "may not be rewritten"),
+                                         (["bench", "rmsnorm", "/nonexistent.py"], "no such candidate file"),
+                                         (["run", "--trace"], "requires an argument")])
+def test_bad_input_exits_2_without_traceback(args, needle):
+    r = subprocess.run(CLI + args, capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert r.returncode == 2 and needle in r.stderr and "Traceback" not in r.stderr, r.stderr[-1000:]
