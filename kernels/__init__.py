@@ -9,3 +9,25 @@ import torch
 
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import triton  # noqa: E402  (after the switch above)
+
+if triton.knobs.runtime.interpret:
+    # The interpreter's tl.dot multiplies bf16 operands as their raw uint16 bit patterns (triton-lang/triton#11584).
+    # bf16 -> fp32 is exact, so widening both operands first gives the product a GPU computes; kernels need no
+    # bf16 workaround of their own.
+    import numpy as np
+    import triton.language as tl
+    from triton.runtime import interpreter as _interpreter
+
+    _create_dot = _interpreter.InterpreterBuilder.create_dot
+
+    def _create_dot_bf16(self, a, b, d, input_precision, max_num_imprecise_acc):  # triton#11584
+        if a.dtype.scalar == tl.bfloat16:
+            a, b = (_interpreter.TensorHandle(_interpreter._convert_float(t.data, tl.bfloat16, tl.float32, None)
+                                              .view(np.float32), tl.float32) for t in (a, b))
+        return _create_dot(self, a, b, d, input_precision, max_num_imprecise_acc)
+
+    if not getattr(_create_dot, "_bf16_fixed", False):  # importing the package twice must not wrap twice
+        _create_dot_bf16._bf16_fixed = True
+        _interpreter.InterpreterBuilder.create_dot = _create_dot_bf16
