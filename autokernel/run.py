@@ -114,7 +114,7 @@ def _confirm(console: Console, question: str) -> bool:
 def work_on(op: str, state: RunState, pol, console: Console, *, agent: Optional[str], model: Optional[str],
             base_url: Optional[str], repo: Path, yes: bool, interactive: bool) -> OpOutcome:
     """One op: an agent session through the gate and bench, a confirming benchmark, a commit if it wins."""
-    from autokernel.agent.command import check_op, make_model
+    from autokernel.agent.command import agent_settings, check_op, make_model
     from autokernel.agent.evaluate import SandboxEvaluator
     from autokernel.agent.loop import Session
     from autokernel.agent import prompt as prompt_mod
@@ -122,9 +122,7 @@ def work_on(op: str, state: RunState, pol, console: Console, *, agent: Optional[
     from autokernel.git import commit_files
 
     check_op(op, pol)
-    settings = policy_mod.Agent.model_validate({**pol.agent.model_dump(), **{k: v for k, v in
-                                               {"provider": agent, "model": model, "base_url": base_url}.items()
-                                               if v is not None}})
+    settings = agent_settings(pol, agent, model, base_url)
     op_dir = state.run_dir / op
     trace_data = None
     if state.trace:

@@ -47,6 +47,17 @@ def agent_command(op: str, agent: str | None = None, model: str | None = None, b
     return 0 if run_session(op, agent, model, base_url, trace, run_dir, **kw).best else 1
 
 
+def agent_settings(policy: policy_mod.Policy, agent: str | None, model: str | None,
+                   base_url: str | None) -> policy_mod.Agent:
+    """The policy's agent section with the command line's --agent/--model/--base-url on top."""
+    update = {"provider": agent, "model": model, "base_url": base_url}
+    try:
+        return policy_mod.Agent.model_validate({**policy.agent.model_dump(),
+                                                **{k: v for k, v in update.items() if v is not None}})
+    except ValueError as e:
+        raise UserError(f"--agent {agent!r}: use search, anthropic or openai ({str(e).splitlines()[-1].strip()})")
+
+
 def run_session(op: str, agent: str | None = None, model: str | None = None, base_url: str | None = None,
                 trace: str | Path | None = None, run_dir: str | Path | None = None, *,
                 policy: policy_mod.Policy | None = None, seed: int = 0, evaluator: Evaluator | None = None,
@@ -60,12 +71,7 @@ def run_session(op: str, agent: str | None = None, model: str | None = None, bas
     if policy is None:
         policy = policy_mod.load("policies.yaml" if Path("policies.yaml").is_file() else None)
     check_op(op, policy)
-    update = {"provider": agent, "model": model, "base_url": base_url}
-    try:
-        settings = policy_mod.Agent.model_validate({**policy.agent.model_dump(),
-                                                    **{k: v for k, v in update.items() if v is not None}})
-    except ValueError as e:
-        raise UserError(f"--agent {agent!r}: use search, anthropic or openai ({str(e).splitlines()[-1].strip()})")
+    settings = agent_settings(policy, agent, model, base_url)
     trace_data = None
     if trace is not None:
         from autokernel.profile.trace import load_trace

@@ -4,18 +4,11 @@ import torch
 
 from autokernel.engine import open_engine
 from autokernel.engine.divergence import divergence, longest_run
-from autokernel.engine.generate import Sampling, generate, left_pad
+from autokernel.engine.generate import Sampling, generate
 from autokernel.errors import UserError
+from autokernel.gate.e2e_child import teacher_forced  # the same teacher forcing the gate's e2e stage uses
 
 PROMPTS = ["What is the capital of France?", "Write a haiku about GPUs.", "2+2="]
-
-
-def teacher_forced(eng, rows):
-    ids, kv_start = left_pad(rows, eng.tokenizer.pad_id, eng.model.device)
-    cache = eng.model.new_cache(ids.shape[0], ids.shape[1])
-    logits = eng.model.forward(ids, cache, kv_start, all_logits=True)
-    mask = torch.arange(ids.shape[1])[None, :] >= kv_start[:, None].long()
-    return logits, mask
 
 
 @pytest.fixture(scope="module")
