@@ -64,10 +64,13 @@ def bench(
     trace: Optional[Path] = typer.Option(None, help="traces/<run>/ whose shape corpus and call counts weight the "
                                                     "shapes (default: the op's model shapes, equal weights)."),
     as_json: bool = typer.Option(False, "--json", help="JSON for machines."),
+    incumbent: Optional[Path] = typer.Option(None, help="The file to compare against (default: kernels/<op>.py of "
+                                                        "the checkout here); e.g. a base commit's kernel from "
+                                                        "`git show BASE:kernels/<op>.py`."),
 ):
     """Interleaved A/B timing of the incumbent against candidates, with confidence intervals. Exit 0 if one wins."""
     from autokernel.bench.command import bench_command
-    raise typer.Exit(bench_command(op, list(candidates or []), trace, as_json))
+    raise typer.Exit(bench_command(op, list(candidates or []), trace, as_json, incumbent=incumbent))
 
 
 def _register_optional() -> None:
@@ -91,8 +94,9 @@ def main() -> None:
     try:
         rc = app(standalone_mode=False)  # typer.Exit(code) comes back as the return value here
         sys.exit(rc if isinstance(rc, int) else 0)
-    except UserError as e:
-        typer.echo(f"autokernel: error: {e}", err=True)
+    except UserError as e:  # one line, and the message may quote a file name or a server's reply: no escapes
+        from autokernel.untrusted import line
+        typer.echo(f"autokernel: error: {line(e)}", err=True)
         sys.exit(e.exit_code)
     except KeyboardInterrupt:
         typer.echo("autokernel: interrupted", err=True)

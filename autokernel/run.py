@@ -1,6 +1,12 @@
 """`autokernel run` (interactive) and `autokernel nightly` (the CI bot): profile -> rank -> agent -> gate -> bench ->
-git. One pass down the pipe of DESIGN.md; every stage's output is on disk under the run directory, and the run's
-state.json records finished ops so `--resume RUN` picks up where an interrupted run stopped.
+git. One pass down the pipe of DESIGN.md, on one checkout (autokernel.paths): its kernels are read, its sandbox/
+holds the run's state, its traces/ the profile, its branches the commits.
+
+Per op there is one path, work_on(): an agent session (agent.command.start) with an injected Model and Evaluator,
+a confirming benchmark (evaluator.confirm), the report (autokernel.git.report) and the commit (autokernel.git). The
+commands build the real model and the sandboxed evaluator; tests inject a scripted model and a stub evaluator and
+run the same code down to the commit. state.json records each op's outcome; `--resume RUN` skips finished ops and
+retries a delivery that failed (git refused) from the evidence the run already wrote, without a new session.
 """
 from __future__ import annotations
 
@@ -11,23 +17,22 @@ import secrets
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from autokernel import device
+from autokernel import device, paths
 from autokernel import policy as policy_mod
 from autokernel.errors import UserError
-
-PROJECT = Path(__file__).resolve().parents[1]
+from autokernel.untrusted import line, markup, plain
 
 
 @dataclass
 class OpOutcome:
     op: str
-    status: str  # committed | accepted | declined | no_improvement
+    status: str  # committed | accepted | declined | no_improvement | delivery_failed
     detail: str
     speedup: float | None = None
     speedup_ci: list[float] | None = None
@@ -35,6 +40,7 @@ class OpOutcome:
     sha: str | None = None
     candidate: str | None = None
     pr_body: str | None = None
+    delivery: str | None = None  # the directory holding what the commit carries (written before committing)
 
 
 @dataclass
@@ -58,50 +64,41 @@ class RunState:
         return cls(run_dir, d.get("trace"), d.get("ops", []), d.get("done", {}))
 
 
-def _verdict_of(candidate: Path) -> dict:
-    found = sorted(candidate.parent.glob("*/verdict.json"))
-    return json.loads(found[-1].read_text()) if found else {}
+@dataclass
+class Context:
+    """What every op of a run shares: the checkout, the policy, the model, how candidates are judged."""
+    layout: paths.Layout
+    policy: policy_mod.Policy
+    settings: policy_mod.Agent
+    llm: object  # providers.Model
+    make_evaluator: Callable  # (op_dir, policy, trace, layout) -> an Evaluator with .confirm (agent.evaluate)
+    console: Console
+    yes: bool = False
+    interactive: bool = False
 
 
-def perf_table(m, op: str) -> list[str]:
-    """Markdown rows: per shape before/after, speedup with CI, GB/s and % of peak, and the weighted speedup."""
-    inc, cand = m.files[0], m.files[-1]
-    rows = [f"Timings: **{m.label}**" + ("" if device.is_cuda() else " — interpreter timings, not GPU speed."), "",
-            "| shape | dtype | calls | before ms | after ms | speedup [CI] | after GB/s | after % peak |",
-            "|---|---|---:|---:|---:|---|---:|---:|"]
-    for a, b in zip(inc.shapes, cand.shapes):
-        shape = " ".join(f"{k}={v}" for k, v in a.shape.items())
-        pct = "—" if b.fraction_of_peak is None else f"{100 * b.fraction_of_peak:.2f}"
-        rows.append(f"| {shape} | {a.dtype} | {a.calls} | {a.median_ms.est:.4g} | {b.median_ms.est:.4g} | "
-                    f"{b.speedup.est:.3f} [{b.speedup.lo:.3f}, {b.speedup.hi:.3f}] | {b.gbps:.3g} | {pct} |")
-    s = cand.speedup
-    rows += ["", f"Weighted (by calls) geometric-mean speedup of `{op}`: **{s.est:.3f}x** "
-                 f"[{s.lo:.3f}, {s.hi:.3f}] at {100 * m.policy['confidence']:.0f} % confidence "
-                 f"(policy minimum: lower bound > {m.policy['min_speedup']})."]
-    return rows
+class Shown:
+    """The evaluator, with each verdict printed as it comes (escaped: the detail is the candidate's doing)."""
+
+    def __init__(self, inner, console: Console):
+        self.inner, self.console, self.n = inner, console, 0
+
+    def evaluate(self, op: str, source: str):
+        self.n += 1
+        with self.console.status(f"[cyan]{op}[/]: candidate {self.n}: sandbox → gate → bench …"):
+            fb = self.inner.evaluate(op, source)
+        colour = "green" if fb.accepted else "red" if fb.verdict != "accepted" else "yellow"
+        self.console.print(f"  [cyan]{op}[/] candidate {fb.sha256[:8]}: [{colour}]{markup(fb.summary, 400)}[/]")
+        return fb
+
+    def confirm(self, op: str, source: str):
+        with self.console.status(f"[cyan]{op}[/]: confirming the win with a fresh benchmark …"):
+            return self.inner.confirm(op, source)
 
 
-def report(op: str, m, verdict: dict, provenance: dict, trace: str | None, candidate_rel: str) -> str:
-    """The commit message body and PR body: perf diff, e2e stats, gate stages, device, provenance, repro line."""
-    stages = verdict.get("stages", [])
-    e2e = next((s for s in stages if s["name"] == "e2e"), None)
-    lines = perf_table(m, op) + ["", "End to end (teacher-forced KL vs the unmodified engine, then a greedy run):"]
-    if e2e:
-        mt = e2e.get("metrics", {})
-        lines.append(f"- KL mean {mt.get('kl_mean', 0):.3g} / p99 {mt.get('kl_p99', 0):.3g} / max "
-                     f"{mt.get('kl_max', 0):.3g} nats over {mt.get('positions')} tokens; top-1 agreement "
-                     f"{mt.get('top1', 0):.4f}; longest token runs (baseline, candidate) {mt.get('repeat_runs')}; "
-                     f"noise floor {mt.get('noise_floor')}")
-    else:
-        lines.append("- (no end-to-end stage in this verdict)")
-    lines += ["", "Gate stages passed: " + ", ".join(f"{s['name']} ({s.get('elapsed_s', 0):.1f} s)" for s in stages)
-              + f"; seed {verdict.get('seed')}; candidate sha256 {verdict.get('candidate_sha256', '')[:16]}",
-              "", "Device: " + json.dumps(m.fingerprint, sort_keys=True),
-              "", "Provenance: " + ", ".join(f"{k} {v}" for k, v in provenance.items()),
-              "", "Reproduce: `autokernel verify " + op + " " + candidate_rel + f" --seed {verdict.get('seed')}"
-              + (f" --trace {trace}" if trace else "") + "` and `autokernel bench " + op + " " + candidate_rel
-              + (f" --trace {trace}" if trace else "") + "`"]
-    return "\n".join(lines)
+def sandbox_evaluator(op_dir: Path, policy, trace: str | None, layout: paths.Layout):
+    from autokernel.agent.evaluate import SandboxEvaluator
+    return SandboxEvaluator(op_dir, policy, trace=trace, layout=layout)
 
 
 def _confirm(console: Console, question: str) -> bool:
@@ -111,79 +108,84 @@ def _confirm(console: Console, question: str) -> bool:
     return typer.confirm(question, default=False)
 
 
-def work_on(op: str, state: RunState, pol, console: Console, *, agent: Optional[str], model: Optional[str],
-            base_url: Optional[str], repo: Path, yes: bool, interactive: bool) -> OpOutcome:
+def work_on(op: str, state: RunState, ctx: Context) -> OpOutcome:
     """One op: an agent session through the gate and bench, a confirming benchmark, a commit if it wins."""
-    from autokernel.agent.command import agent_settings, check_op, make_model
-    from autokernel.agent.evaluate import SandboxEvaluator
-    from autokernel.agent.loop import Session
-    from autokernel.agent import prompt as prompt_mod
-    from autokernel.bench.measure import measure
-    from autokernel.git import commit_files
+    from autokernel.agent import command
+    from autokernel.agent.evaluate import gate_record, sha256
+    from autokernel.git import report
 
-    check_op(op, pol)
-    settings = agent_settings(pol, agent, model, base_url)
+    pol, console = ctx.policy, ctx.console
+    incumbent = command.check_op(op, pol, ctx.layout)
     op_dir = state.run_dir / op
-    trace_data = None
-    if state.trace:
-        from autokernel.profile.trace import load_trace
-        trace_data = load_trace(state.trace)
-    inner = SandboxEvaluator(op_dir, pol, trace=state.trace)
-
-    class Echo:  # the agent's steps as they stream: one line per candidate verdict
-        def evaluate(self, op_: str, source: str):
-            with console.status(f"[cyan]{op_}[/]: candidate {len(inner.seen) + 1}: sandbox → gate → bench …"):
-                fb = inner.evaluate(op_, source)
-            console.print(f"  [cyan]{op_}[/] candidate {fb.sha256[:8]}: "
-                          + ("[green]" if fb.accepted else "[red]" if fb.verdict != "accepted" else "[yellow]")
-                          + fb.summary + "[/]")
-            return fb
-
-    llm = make_model(settings, seed=0)
-    console.print(f"[bold]{op}[/]: agent {llm.name}; budget {settings.max_iterations} candidates, "
-                  f"{settings.max_wall_s:g} s, ${settings.max_usd:g}")
-    result = Session(op, llm, Echo(), prompt_mod.build(op, settings, trace_data), settings, op_dir).run()
+    evaluator = Shown(ctx.make_evaluator(op_dir, pol, state.trace, ctx.layout), console)
+    result, session = command.start(op, ctx.settings, ctx.llm, evaluator, op_dir, trace=state.trace,
+                                    kernel_file=incumbent, echo=lambda s: console.print(markup(s)))
     u = result.usage
-    provenance = {"agent": settings.provider, "model": llm.name, "candidates": result.submitted,
-                  "tokens": u["input_tokens"] + u["output_tokens"], "usd": f"{u['usd']:.4f}",
-                  "transcript": str(result.transcript)}
+    provenance = {"agent": ctx.settings.provider, "model": ctx.llm.name, "candidates": result.submitted,
+                  "tokens": u["input_tokens"] + u["output_tokens"], "usd": f"{u['usd']:.4f}"}
     if result.best is None:
-        return OpOutcome(op, "no_improvement", f"{result.status}: {result.detail}; {result.submitted} candidate(s), "
-                         "none both passed the gate and won the benchmark")
-    fb = result.best.feedback
-    cand = Path(fb.path)
-    with console.status(f"[cyan]{op}[/]: confirming the win with a fresh benchmark …"):
-        m = measure(op, [cand], inner.cases(op), pol, op_dir / "confirm")
+        return OpOutcome(op, "no_improvement", f"{result.status}: {line(result.detail, 200)}; {result.submitted} "
+                         "candidate(s), none both passed the gate and won the benchmark")
+    best, fb = result.best, result.best.feedback
+    assert sha256(best.source) == fb.sha256, "the winning source is not the one the gate judged"
+    m = evaluator.confirm(op, best.source)
     if not m.files[-1].accepted:
-        return OpOutcome(op, "no_improvement", f"candidate {fb.sha256[:8]} won in the session ({fb.summary}) but "
-                         f"not in the confirming benchmark ({m.files[-1].reason}): not committed",
-                         candidate=str(cand))
+        return OpOutcome(op, "no_improvement", f"candidate {fb.sha256[:8]} won in the session ({line(fb.summary)}) "
+                         f"but not in the confirming benchmark ({m.files[-1].reason}): not committed",
+                         candidate=fb.path)
     s = m.files[-1].speedup
-    verdict = _verdict_of(cand)
-    old = (repo / "kernels" / f"{op}.py").read_text() if (repo / "kernels" / f"{op}.py").is_file() else ""
-    new = cand.read_text()
-    body = report(op, m, verdict, provenance, state.trace, f"kernels/{op}.py")
-    title = f"autokernel: faster {op} ({s.est:.3f}x [{s.lo:.3f}, {s.hi:.3f}], {m.label})"
-    (op_dir / "pr.md").write_text(f"# {title}\n\n{body}\n")
+    win = report.Win(op, m, gate_record(fb), provenance, command.rationale(session, best.source),
+                     Path(state.trace).name if state.trace else None,
+                     f"traces/autokernel/{state.run_dir.name}/{op}.json")
+    out = OpOutcome(op, "accepted", line(fb.summary), s.est, [s.lo, s.hi], candidate=fb.path)
     (op_dir / "measurement.json").write_text(json.dumps(m.to_dict(), indent=1, default=str))
-    out = OpOutcome(op, "accepted", fb.summary, s.est, [s.lo, s.hi], candidate=str(cand), pr_body=str(op_dir / "pr.md"))
+    delivery = _stage_delivery(op_dir, win, best.source, incumbent.read_text(), ctx.layout)
+    out.delivery, out.pr_body = str(delivery), str(delivery / "pr.md")
     if not pol.git.commit:
         return out
-    console.print("".join(difflib.unified_diff(old.splitlines(True), new.splitlines(True),
-                                               f"a/kernels/{op}.py", f"b/kernels/{op}.py")), markup=False)
-    console.print("\n".join(perf_table(m, op)), markup=False)
+    console.print(plain("".join(difflib.unified_diff(incumbent.read_text().splitlines(True),
+                                                     best.source.splitlines(True),
+                                                     f"a/kernels/{op}.py", f"b/kernels/{op}.py"))), markup=False)
+    console.print("\n".join(report.perf_table(m, op)), markup=False)
     branch = f"{pol.git.branch_prefix}{datetime.date.today().isoformat()}-{op}"
-    if not yes and not (interactive and _confirm(console, f"Commit kernels/{op}.py to branch {branch}?")):
+    if not ctx.yes and not (ctx.interactive and _confirm(console, f"Commit kernels/{op}.py to branch {branch}?")):
         out.status = "declined"
         return out
-    files = {f"kernels/{op}.py": new,
-             f"traces/autokernel-{state.run_dir.name}/{op}/measurement.json": (op_dir / "measurement.json").read_text(),
-             f"traces/autokernel-{state.run_dir.name}/{op}/verdict.json": json.dumps(verdict, indent=1)}
-    if state.trace:
-        files[f"traces/autokernel-{state.run_dir.name}/before-summary.json"] = Path(
-            state.trace if state.trace.endswith(".json") else Path(state.trace) / "summary.json").read_text()
-    d = commit_files(repo, branch, files, f"{title}\n\n{body}\n")
-    out.status, out.branch, out.sha = "committed", d.branch, d.sha
+    return deliver(out, state, ctx.layout, branch)
+
+
+def _stage_delivery(op_dir: Path, win, source: str, incumbent_source: str, layout: paths.Layout) -> Path:
+    """Write what the commit will carry into <op_dir>/delivery/ (a directory no candidate ever had), so a delivery
+    that git refuses can be retried by --resume without a new session. The base is the target's HEAD now."""
+    from autokernel.git import head, report
+    d = op_dir / "delivery"
+    d.mkdir(parents=True, exist_ok=True)
+    base = head(layout.root)
+    (d / "kernel.py").write_text(source)
+    (d / "evidence.json").write_text(report.evidence(win, base))
+    (d / "message.txt").write_text(report.message(win, base))
+    (d / "pr.md").write_text(f"# {report.title(win)}\n\n{report.body(win, base)}\n")
+    (d / "delivery.json").write_text(json.dumps({"op": win.op, "base": base, "evidence_path": win.evidence_path}))
+    return d
+
+
+def deliver(out: OpOutcome, state: RunState, layout: paths.Layout, branch: str) -> OpOutcome:
+    """Commit <delivery>/kernel.py as kernels/<op>.py plus the evidence file. A refusal by git is one line (exit
+    2), recorded in state.json as delivery_failed so `--resume` retries just this step."""
+    from autokernel.git import DeliveryError, commit_files
+    d = Path(out.delivery)
+    meta = json.loads((d / "delivery.json").read_text())
+    files = {f"kernels/{out.op}.py": (d / "kernel.py").read_bytes(),
+             meta["evidence_path"]: (d / "evidence.json").read_bytes()}
+    try:
+        c = commit_files(layout.root, branch, files, (d / "message.txt").read_text())
+    except DeliveryError as e:
+        out.status, out.detail = "delivery_failed", line(e, 300)
+        state.done[out.op] = {**out.__dict__, "branch": branch}
+        state.save()
+        raise DeliveryError(f"{line(e, 300)} (the win is kept: `autokernel run --resume {state.run_dir}` commits "
+                            "it)") from None
+    out.status, out.branch, out.sha = "committed", c.branch, c.sha
     return out
 
 
@@ -207,16 +209,27 @@ def fits(op: str, t: dict, pol, console: Console) -> bool:
     return True
 
 
-def pipeline(*, op: Optional[str], agent: Optional[str], model: Optional[str], base_url: Optional[str],
-             repo: Optional[Path], yes: bool, interactive: bool, resume: Optional[Path], trace: Optional[Path],
-             policy_file: Optional[Path], console: Console) -> tuple[RunState, list[OpOutcome]]:
-    pol = policy_mod.load(policy_file or (Path("policies.yaml") if Path("policies.yaml").is_file() else None))
-    repo = Path(repo or PROJECT).resolve()
-    from autokernel.git import open_repo
-    open_repo(repo)  # fail early (exit 2) when the target is not a git repository
+def context(*, agent, model, base_url, repo, policy_file, console, yes=False, interactive=False, llm=None,
+            make_evaluator=None) -> Context:
+    """Everything checked before any slow step: the checkout (a git work tree with kernels/), the policy, and the
+    model — building it checks the provider, its API key and --base-url (exit 2, one line)."""
+    from autokernel.agent.command import agent_settings, make_model
+    from autokernel.git import toplevel
+    layout = paths.target(repo)
+    toplevel(layout.root)  # not a git work tree: exit 2 now, not after the session
+    found = layout.root / "policies.yaml"
+    pol = policy_mod.load(policy_file or (found if found.is_file() else None))
+    settings = agent_settings(pol, agent, model, base_url)
+    return Context(layout, pol, settings, llm or make_model(settings, seed=0), make_evaluator or sandbox_evaluator,
+                   console, yes, interactive)
+
+
+def pipeline(ctx: Context, *, op: Optional[str], resume: Optional[Path], trace: Optional[Path]
+             ) -> tuple[RunState, list[OpOutcome]]:
+    console, pol, layout = ctx.console, ctx.policy, ctx.layout
     if op:
         from autokernel.agent.command import check_op
-        check_op(op, pol)  # an unknown or protected op is bad input: say so before profiling
+        check_op(op, pol, layout)  # an unknown or protected op, or no kernel file: bad input, before profiling
     if not device.is_cuda():
         console.print("[bold yellow]CPU machine: kernels run through the Triton interpreter. Every timing below is "
                       "an interpreter timing — a correctness vehicle, never a GPU speedup.[/]")
@@ -225,16 +238,16 @@ def pipeline(*, op: Optional[str], agent: Optional[str], model: Optional[str], b
         console.print(f"resuming {state.run_dir}: done {', '.join(state.done) or 'nothing yet'}")
     else:
         stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-        state = RunState(PROJECT / "sandbox" / f"run-{stamp}-{secrets.token_hex(2)}")
+        state = RunState(layout.sandbox / f"run-{stamp}-{secrets.token_hex(2)}")
         state.run_dir.mkdir(parents=True)
-        state.trace = str(trace) if trace else None
+        state.trace = str(Path(trace).resolve()) if trace else None
     from autokernel.profile import profiler, rank as rank_mod, trace as trace_mod
     from autokernel.profile.command import print_rank
     if state.trace is None:
         with console.status("profiling the live engine on the workload (torch.profiler) …"):
             state.trace = str(profiler.profile(workload_path=pol.target.workload, kernels="triton",
                                                weights=pol.target.weights, model_path=pol.target.model,
-                                               out=PROJECT / "traces"))
+                                               out=layout.traces))
         state.save()
     t = trace_mod.load_trace(state.trace)
     ranked = rank_mod.rank(t, pol)
@@ -245,22 +258,30 @@ def pipeline(*, op: Optional[str], agent: Optional[str], model: Optional[str], b
         state.save()
     outcomes = []
     for name in state.ops:
-        if name in state.done:
-            outcomes.append(OpOutcome(**state.done[name]))
+        done = state.done.get(name)
+        if done and done["status"] == "delivery_failed":
+            o = deliver(OpOutcome(**{k: v for k, v in done.items() if k in OpOutcome.__dataclass_fields__}),
+                        state, layout, done["branch"])
+        elif done:
+            outcomes.append(OpOutcome(**{k: v for k, v in done.items() if k in OpOutcome.__dataclass_fields__}))
             continue
-        o = work_on(name, state, pol, console, agent=agent, model=model, base_url=base_url, repo=repo, yes=yes,
-                    interactive=interactive)
+        else:
+            o = work_on(name, state, ctx)
         state.done[name] = o.__dict__
         state.save()
         outcomes.append(o)
+    show(console, state, outcomes)
+    return state, outcomes
+
+
+def show(console: Console, state: RunState, outcomes: list[OpOutcome]) -> None:
     table = Table(title=f"autokernel run {state.run_dir.name}")
     for col in ("op", "outcome", "speedup [CI]", "branch / commit", "detail"):
         table.add_column(col)
     for o in outcomes:
         ci = f"{o.speedup:.3f} [{o.speedup_ci[0]:.3f}, {o.speedup_ci[1]:.3f}]" if o.speedup else "—"
-        table.add_row(o.op, o.status, ci, f"{o.branch} {o.sha[:10]}" if o.sha else "—", o.detail[:80])
+        table.add_row(o.op, o.status, ci, markup(f"{o.branch} {o.sha[:10]}") if o.sha else "—", markup(o.detail, 80))
     console.print(table)
-    return state, outcomes
 
 
 def run_cmd(
@@ -268,16 +289,18 @@ def run_cmd(
     agent: Optional[str] = typer.Option(None, help="search | anthropic | openai (default: policies.yaml agent)."),
     model: Optional[str] = typer.Option(None, help="LLM model name for anthropic/openai."),
     base_url: Optional[str] = typer.Option(None, help="OpenAI-compatible server URL (vLLM, SGLang, Ollama, …)."),
-    repo: Optional[Path] = typer.Option(None, help="Git repository to commit into (default: this project)."),
+    repo: Optional[Path] = typer.Option(None, help="The checkout to work on and commit into (default: the git work "
+                                                   "tree here if it has kernels/, else the installed project)."),
     trace: Optional[Path] = typer.Option(None, help="Reuse a trace (traces/<run>/) instead of profiling again."),
     yes: bool = typer.Option(False, "--yes", help="Commit accepted kernels without asking."),
     resume: Optional[Path] = typer.Option(None, help="Continue an interrupted run (its sandbox/run-* directory)."),
-    policy_file: Optional[Path] = typer.Option(None, "--policy", help="policies.yaml (default: ./policies.yaml)."),
+    policy_file: Optional[Path] = typer.Option(None, "--policy", help="policies.yaml (default: the checkout's)."),
 ):
     """The main job: profile, rank, let an agent rewrite the top kernels, gate, benchmark, commit wins."""
     console = Console()
-    _, outcomes = pipeline(op=op, agent=agent, model=model, base_url=base_url, repo=repo, yes=yes,
-                           interactive=True, resume=resume, trace=trace, policy_file=policy_file, console=console)
+    ctx = context(agent=agent, model=model, base_url=base_url, repo=repo, policy_file=policy_file, console=console,
+                  yes=yes, interactive=True)
+    _, outcomes = pipeline(ctx, op=op, resume=resume, trace=trace)
     if not any(o.status in ("committed", "accepted", "declined") for o in outcomes):
         console.print("no improvement: every kernel stays as it is")
         raise typer.Exit(1)
@@ -287,33 +310,36 @@ def nightly_cmd(
     out: Path = typer.Option(Path("autokernel-nightly"), help="Where summary.json and pr.md are written."),
     op: Optional[str] = typer.Option(None, help="Work on this op only."),
     agent: Optional[str] = typer.Option(None, help="search | anthropic | openai."),
-    repo: Optional[Path] = typer.Option(None, help="Git repository to commit into (default: this project)."),
+    model: Optional[str] = typer.Option(None, help="LLM model name for anthropic/openai."),
+    base_url: Optional[str] = typer.Option(None, help="OpenAI-compatible server URL."),
+    repo: Optional[Path] = typer.Option(None, help="The checkout to work on and commit into."),
     trace: Optional[Path] = typer.Option(None, help="Reuse a trace instead of profiling."),
     push: bool = typer.Option(False, "--push", help="Push the branch to origin."),
     open_pr: bool = typer.Option(False, "--open-pr", help="Open a pull request (GITHUB_TOKEN; repo from origin)."),
     github_api: str = typer.Option("https://api.github.com", help="GitHub REST API base URL."),
-    policy_file: Optional[Path] = typer.Option(None, "--policy", help="policies.yaml (default: ./policies.yaml)."),
+    policy_file: Optional[Path] = typer.Option(None, "--policy", help="policies.yaml (default: the checkout's)."),
 ):
     """The CI bot: the same pipeline, non-interactive, under the policy's budgets. Exit 0 with or without a win."""
     import os
 
     from autokernel import git as delivery
     console = Console()
-    state, outcomes = pipeline(op=op, agent=agent, model=None, base_url=None, repo=repo, yes=True,
-                               interactive=False, resume=None, trace=trace, policy_file=policy_file, console=console)
+    token = os.environ.get("GITHUB_TOKEN")
+    if open_pr and not token:
+        raise UserError("--open-pr needs GITHUB_TOKEN in the environment")
+    ctx = context(agent=agent, model=model, base_url=base_url, repo=repo, policy_file=policy_file, console=console,
+                  yes=True)
+    state, outcomes = pipeline(ctx, op=op, resume=None, trace=trace)
     out.mkdir(parents=True, exist_ok=True)
     committed = [o for o in outcomes if o.status == "committed"]
     prs = []
     for o in committed:
         if push or open_pr:
-            delivery.push(repo or PROJECT, o.branch)
+            delivery.push(ctx.layout.root, o.branch)
         if open_pr:
-            token = os.environ.get("GITHUB_TOKEN")
-            if not token:
-                raise UserError("--open-pr needs GITHUB_TOKEN in the environment")
             body = Path(o.pr_body).read_text()
-            base = delivery.open_repo(repo or PROJECT).active_branch.name
-            prs.append(delivery.open_pull_request(delivery.github_slug(repo or PROJECT), o.branch, base,
+            base = delivery.git(ctx.layout.root, "rev-parse", "--abbrev-ref", "HEAD")
+            prs.append(delivery.open_pull_request(delivery.github_slug(ctx.layout.root), o.branch, base,
                                                   body.splitlines()[0].lstrip("# "), body, token, github_api))
     pr_md = "\n\n---\n\n".join(Path(o.pr_body).read_text() for o in outcomes if o.pr_body) or \
         "# autokernel nightly: no improvement\n\nNo candidate both passed the gate and won the benchmark.\n"

@@ -1,11 +1,13 @@
-"""One agent session for one op, with a printed summary: what `autokernel run` calls per op.
+"""One agent session for one op: the piece `autokernel run` (autokernel.run.work_on) and `python -m autokernel.agent`
+share, so the session a commit comes from is the session the tests drive.
 
-    agent_command(op, agent, model, base_url, trace, run_dir) -> exit code
-    0: an accepted candidate (gate passed, measured win); 1: none (a clean negative); UserError (exit 2): bad input
-    or environment (no key, unreachable server, protected op, missing kernel file, bad trace).
-    run_session(...) -> Result: the same, returning the best candidate (source, feedback, file) for the caller.
-
-Until `autokernel run` exists: `python -m autokernel.agent OP [--agent search|anthropic|openai] ...`.
+    settings(policy, agent, model, base_url) -> the policy's agent section with the command line on top
+    make_model(settings) -> the Model; building it checks the provider, the API key and --base-url (exit 2), so
+                            callers build it before any slow step (profiling)
+    start(op, ...) -> (Result, Session): the session itself, with the model and evaluator injected
+    run_session(...) -> Result, with a printed summary; agent_command(...) -> exit code 0 (a win) or 1 (none)
+Bad input or environment (no key, unreachable server, protected op, missing kernel file, bad trace) is a UserError
+(exit 2).
 """
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import time
 from pathlib import Path
 
 from autokernel import ops as opspecs
+from autokernel import paths
 from autokernel import policy as policy_mod
 from autokernel.agent import prompt as prompt_mod
 from autokernel.agent.evaluate import Evaluator, SandboxEvaluator
@@ -21,17 +24,18 @@ from autokernel.agent.loop import Result, Session
 from autokernel.agent.providers import Model, make
 from autokernel.agent.search import SearchModel
 from autokernel.errors import UserError
+from autokernel.untrusted import plain
 
-PROJECT = Path(__file__).resolve().parents[2]
 
-
-def check_op(op: str, policy: policy_mod.Policy) -> None:
+def check_op(op: str, policy: policy_mod.Policy, layout: paths.Layout | None = None) -> Path:
+    """The target's kernels/<op>.py (autokernel.paths; default: the current one), if `op` exists, may be rewritten,
+    and has a kernel file there."""
     if op not in opspecs.OPS:
         raise UserError(f"unknown op {op!r}; known ops: {', '.join(opspecs.OPS)}")
     ops = policy.ops
     if op in ops.protected or op in ops.deny or (ops.allow is not None and op not in ops.allow):
         raise UserError(f"op {op!r} may not be rewritten: see ops.protected / ops.deny / ops.allow in policies.yaml")
-    prompt_mod.kernel_path(op)
+    return (layout or paths.target()).kernel_file(op)
 
 
 def make_model(agent: policy_mod.Agent, seed: int = 0) -> Model:
@@ -39,12 +43,6 @@ def make_model(agent: policy_mod.Agent, seed: int = 0) -> Model:
         return SearchModel(seed)
     return make(agent.provider, agent.model, agent.base_url, max_output_tokens=agent.max_output_tokens,
                 prices=dict(agent.prices))
-
-
-def agent_command(op: str, agent: str | None = None, model: str | None = None, base_url: str | None = None,
-                  trace: str | Path | None = None, run_dir: str | Path | None = None, **kw) -> int:
-    """Run one session on `op`, print its summary, and return the exit code (0 a win, 1 none)."""
-    return 0 if run_session(op, agent, model, base_url, trace, run_dir, **kw).best else 1
 
 
 def agent_settings(policy: policy_mod.Policy, agent: str | None, model: str | None,
@@ -58,45 +56,74 @@ def agent_settings(policy: policy_mod.Policy, agent: str | None, model: str | No
         raise UserError(f"--agent {agent!r}: use search, anthropic or openai ({str(e).splitlines()[-1].strip()})")
 
 
-def run_session(op: str, agent: str | None = None, model: str | None = None, base_url: str | None = None,
-                trace: str | Path | None = None, run_dir: str | Path | None = None, *,
-                policy: policy_mod.Policy | None = None, seed: int = 0, evaluator: Evaluator | None = None,
-                llm: Model | None = None, echo=print) -> Result:
-    """One session on `op` with its summary printed; the Result carries the best accepted candidate (its source,
-    and feedback.path: the file under sandbox/<run>/<sha8>/ that `autokernel run` hands to git).
-
-    `agent` (search | anthropic | openai), `model` and `base_url` override policies.yaml's agent section; `policy`
-    defaults to ./policies.yaml when present. `evaluator` and `llm` replace the sandboxed gate + bench and the
-    provider (tests)."""
-    if policy is None:
-        policy = policy_mod.load("policies.yaml" if Path("policies.yaml").is_file() else None)
-    check_op(op, policy)
-    settings = agent_settings(policy, agent, model, base_url)
+def start(op: str, settings: policy_mod.Agent, llm: Model, evaluator: Evaluator, run_dir: Path, *,
+          trace: str | Path | None = None, kernel_file: Path | None = None, echo=print) -> tuple[Result, Session]:
+    """Run one session; the Session comes back too (its messages hold the model's own account of its work)."""
     trace_data = None
     if trace is not None:
         from autokernel.profile.trace import load_trace
         trace_data = load_trace(trace)
-    run_dir = Path(run_dir) if run_dir else (
-        PROJECT / "sandbox" / f"agent-{time.strftime('%Y%m%d-%H%M%S')}-{op}-{settings.provider}-{secrets.token_hex(2)}")
-    the_model = llm or make_model(settings, seed)
-    prompt = prompt_mod.build(op, settings, trace_data)
-    evaluator = evaluator or SandboxEvaluator(run_dir, policy, trace=trace)
-    echo(f"agent: {the_model.name} on {op}; budget {settings.max_iterations} candidates, {settings.max_tokens} "
+    prompt = prompt_mod.build(op, settings, trace_data, kernel_file=kernel_file)
+    echo(f"agent: {llm.name} on {op}; budget {settings.max_iterations} candidates, {settings.max_tokens} "
          f"tokens, ${settings.max_usd:g}, {settings.max_wall_s:g} s; transcript {run_dir / 'transcript.json'}")
-    result = Session(op, the_model, evaluator, prompt, settings, run_dir).run()
+    session = Session(op, llm, evaluator, prompt, settings, run_dir)
+    return session.run(), session
+
+
+def rationale(session: Session, source: str) -> str:
+    """The model's words about the winning candidate: the text of the turn that submitted it, and its finish()
+    summary. Untrusted text: the report fences it (autokernel.git.report)."""
+    said = []
+    for m in session.messages:
+        calls = (m.get("tool_calls") or []) if m.get("role") == "assistant" else []
+        if any(c.get("name") == "submit_candidate" and isinstance(c.get("arguments"), dict)
+               and c["arguments"].get("source") == source for c in calls) and (m.get("content") or "").strip():
+            said.append(m["content"].strip())
+    if session.finished:
+        said.append(session.finished.strip())
+    return "\n\n".join(dict.fromkeys(s for s in said if s))
+
+
+def run_session(op: str, agent: str | None = None, model: str | None = None, base_url: str | None = None,
+                trace: str | Path | None = None, run_dir: str | Path | None = None, *,
+                policy: policy_mod.Policy | None = None, seed: int = 0, evaluator: Evaluator | None = None,
+                llm: Model | None = None, echo=print, repo: str | Path | None = None) -> Result:
+    """One session on `op` with its summary printed; the Result carries the best accepted candidate.
+
+    `agent` (search | anthropic | openai), `model` and `base_url` override policies.yaml's agent section; `policy`
+    defaults to the target checkout's policies.yaml (autokernel.paths; `repo` names it) when present. `evaluator`
+    and `llm` replace the sandboxed gate + bench and the provider (tests)."""
+    layout = paths.target(repo)
+    if policy is None:
+        found = layout.root / "policies.yaml"
+        policy = policy_mod.load(found if found.is_file() else None)
+    kernel_file = check_op(op, policy, layout)
+    settings = agent_settings(policy, agent, model, base_url)
+    run_dir = Path(run_dir) if run_dir else (
+        layout.sandbox / f"agent-{time.strftime('%Y%m%d-%H%M%S')}-{op}-{settings.provider}-{secrets.token_hex(2)}")
+    the_model = llm or make_model(settings, seed)
+    evaluator = evaluator or SandboxEvaluator(run_dir, policy, trace=trace, layout=layout)
+    result, _ = start(op, settings, the_model, evaluator, run_dir, trace=trace, kernel_file=kernel_file, echo=echo)
     echo(summary(result))
     return result
 
 
+def agent_command(op: str, agent: str | None = None, model: str | None = None, base_url: str | None = None,
+                  trace: str | Path | None = None, run_dir: str | Path | None = None, **kw) -> int:
+    """Run one session on `op`, print its summary, and return the exit code (0 a win, 1 none)."""
+    return 0 if run_session(op, agent, model, base_url, trace, run_dir, **kw).best else 1
+
+
 def summary(r: Result) -> str:
+    """The session in a few lines; the status detail may quote the model (finish summary): control chars go."""
     u = r.usage
-    lines = [f"agent: {r.op}: {r.status} ({r.detail}); {r.submitted} candidate(s); "
+    lines = [f"agent: {r.op}: {r.status} ({plain(r.detail, 300)}); {r.submitted} candidate(s); "
              f"{u['input_tokens']} input + {u['output_tokens']} output tokens, ${u['usd']:.4f}"]
     if r.best is None:
         lines.append("agent: no accepted candidate: kernels/%s.py stays as it is" % r.op)
     else:
         f = r.best.feedback
-        lines.append(f"agent: best {f.sha256[:8]}: {f.summary}" + (f" [{f.note}]" if f.note else ""))
+        lines.append(f"agent: best {f.sha256[:8]}: {plain(f.summary, 300)}" + (f" [{plain(f.note)}]" if f.note else ""))
         if f.path:
             lines.append(f"agent: candidate file {f.path}")
     lines.append(f"agent: transcript {r.transcript}")

@@ -13,9 +13,10 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
-from autokernel import device
+from autokernel import device, paths
 from autokernel import ops as opspecs
 from autokernel.errors import UserError
+from autokernel.paths import Layout
 from autokernel.policy import Policy
 
 
@@ -37,6 +38,8 @@ class Feedback:
     note: str = ""  # e.g. that CPU timings are interpreter timings, never GPU speed
     path: str = ""  # where the candidate was written
     duplicate: bool = False  # answered from memory: this exact source was evaluated before
+    seed: int | None = None  # the gate's input seed, revealed after the candidate's process is gone
+    isolation: str = ""  # how the gate's sandboxed stages ran (e.g. bwrap+cgroup), from its own stage results
 
     @property
     def summary(self) -> str:
@@ -57,6 +60,7 @@ class Feedback:
         """What the model reads: the verdict as JSON, the one-line summary first."""
         d = self.to_dict()
         d.pop("stages")  # the failing ones are in reasons; passing ones are noise for the model
+        d.pop("isolation")
         return json.dumps(d, indent=1, default=str)
 
     def brief(self) -> dict[str, Any]:
@@ -70,30 +74,51 @@ class Evaluator(Protocol):
         ...
 
 
+class Confirmer(Protocol):
+    """An Evaluator that can also re-measure an accepted source: what `autokernel run` needs before committing."""
+
+    def evaluate(self, op: str, source: str) -> Feedback: ...
+
+    def confirm(self, op: str, source: str) -> Any:
+        """A fresh autokernel.bench.measure.Measurement of `source` against the incumbent."""
+        ...
+
+
 def sha256(source: str) -> str:
     return hashlib.sha256(source.encode()).hexdigest()
 
 
 def from_verdict(v: Any) -> Feedback:
     """The gate's Verdict (autokernel.gate.verdict) as Feedback, before any measurement."""
-    stages = [{"name": s.name, "passed": s.passed, "reason": s.reason, "detail": s.detail} for s in v.stages]
+    stages = [{"name": s.name, "passed": s.passed, "reason": s.reason, "detail": s.detail,
+               "elapsed_s": s.elapsed_s, "metrics": dict(s.metrics or {})} for s in v.stages]
     reasons = [{"stage": s.name, "code": s.reason, "detail": s.detail} for s in v.stages if not s.passed]
+    isolation = next((str(s.metrics["isolation"]) for s in v.stages if (s.metrics or {}).get("isolation")), "")
     return Feedback(op=v.op, sha256=v.candidate_sha256, verdict=v.verdict, reasons=reasons, stages=stages,
                     device=(v.device or {}).get("kind", ""), note=(v.device or {}).get("timing_note", ""),
-                    path=str(v.candidate))
+                    path=str(v.candidate), seed=v.seed, isolation=isolation)
+
+
+def gate_record(fb: Feedback) -> dict:
+    """The gate's facts about an accepted candidate as the delivery report takes them (autokernel.git.report)."""
+    return {"seed": fb.seed, "isolation": fb.isolation, "sha256": fb.sha256,
+            "stages": [s for s in fb.stages if s.get("name") != "bench"]}
 
 
 class SandboxEvaluator:
     """gate.verify, then (if the gate accepts) the benchmark, for candidates written under `run_dir`.
 
     `trace` (a traces/<run>/ directory or its summary.json) gives the shapes and call weights; without one, the
-    spec's model shapes, one call each. `verify_kwargs` narrows the gate's case grid (tests only).
+    spec's model shapes, one call each. `layout` is the target checkout (autokernel.paths): its kernels/<op>.py is
+    the incumbent the gate checks signatures against and the bench times. `verify_kwargs` narrows the gate's case
+    grid (tests only).
     """
 
     def __init__(self, run_dir: str | Path, policy: Policy | None = None, trace: str | Path | None = None,
-                 seed: int | None = None, verify_kwargs: dict | None = None):
+                 seed: int | None = None, verify_kwargs: dict | None = None, layout: Layout | None = None):
         self.run_dir, self.policy, self.trace = Path(run_dir), policy or Policy(), trace
         self.seed, self.verify_kwargs = seed, verify_kwargs or {}
+        self.layout = layout or paths.target()
         self.seen: dict[str, Feedback] = {}
 
     def cases(self, op: str) -> list[dict]:
@@ -115,14 +140,28 @@ class SandboxEvaluator:
         from autokernel import gate
         shapes = [c["shape"] for c in self.cases(op)] if self.trace is not None else None
         verdict = gate.verify(op, path, shapes=shapes, seed=self.seed, policy=self.policy, run_dir=job,
-                              **self.verify_kwargs)
+                              kernels_dir=self.layout.kernels, **self.verify_kwargs)
         feedback = from_verdict(verdict)
         feedback.sha256, feedback.path = digest, str(path)
         if verdict.accepted:
-            measure(feedback, op, path, job, self.cases(op), self.policy)
+            measure(feedback, op, path, job, self.cases(op), self.policy, self.layout.kernel_file(op))
         (job / "feedback.json").write_text(json.dumps(feedback.to_dict(), indent=1, default=str) + "\n")
         self.seen[digest] = feedback
         return feedback
+
+    def confirm(self, op: str, source: str):
+        """A fresh benchmark of an accepted source against the incumbent (the session's best of several noisy
+        measurements is biased upwards): the Measurement the commit reports, or UserError if the incumbent fails."""
+        from autokernel.bench.measure import IncumbentFailed, measure as bench
+        digest = sha256(source)
+        job = self.run_dir / f"confirm-{digest[:8]}"
+        job.mkdir(parents=True, exist_ok=True)
+        path = job / f"{op}.py"
+        path.write_text(source)
+        try:
+            return bench(op, [path], self.cases(op), self.policy, job, incumbent=self.layout.kernel_file(op))
+        except IncumbentFailed as e:
+            raise UserError(str(e)) from None
 
 
 def _pct(shapes: list) -> float | None:
@@ -133,11 +172,12 @@ def _pct(shapes: list) -> float | None:
     return 100 * floor / sum(s.calls * s.median_ms.est for s in shapes)
 
 
-def measure(feedback: Feedback, op: str, path: Path, job: Path, cases: list[dict], policy: Policy) -> None:
-    """Fill in the benchmark's figures: kernels/<op>.py vs the candidate, A/B in the sandbox."""
+def measure(feedback: Feedback, op: str, path: Path, job: Path, cases: list[dict], policy: Policy,
+            incumbent: Path) -> None:
+    """Fill in the benchmark's figures: the target's kernels/<op>.py vs the candidate, A/B in the sandbox."""
     from autokernel.bench.measure import IncumbentFailed, measure as bench
     try:
-        m = bench(op, [path], cases, policy, job)
+        m = bench(op, [path], cases, policy, job, incumbent=incumbent)
     except IncumbentFailed as e:  # the environment, not the candidate: stop the session (exit 2)
         raise UserError(str(e)) from None
     inc, cand = m.files[0], m.files[-1]

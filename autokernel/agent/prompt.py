@@ -128,9 +128,10 @@ def _reasons() -> list[tuple[str, str]]:
     return sorted({**REASONS, **extra}.items(), key=lambda kv: (rank.get(kv[0].split(".")[0], len(order)), kv[0]))
 
 
-def build(op: str, policy: AgentPolicy, trace: dict | None = None) -> Prompt:
+def build(op: str, policy: AgentPolicy, trace: dict | None = None, kernel_file: Path | None = None) -> Prompt:
+    """kernel_file: the target checkout's kernels/<op>.py (autokernel.paths); default: the installed project's."""
     spec = opspecs.get(op)
-    path = kernel_path(op)
+    path = Path(kernel_file) if kernel_file is not None else kernel_path(op)
     roof = roofline()
     shapes, shapes_source = corpus(op, trace)
     rows = shape_rows(op, shapes, roof)

@@ -6,16 +6,16 @@ import sys
 from pathlib import Path
 
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
-from autokernel import device, policy as policy_mod
+from autokernel import device, paths, policy as policy_mod
 from autokernel.bench.measure import CPU_LABEL, FileResult, IncumbentFailed, Measurement, measure
 from autokernel.bench.stats import Interval
 from autokernel.bench.trace import shapes_from_trace
 from autokernel.errors import UserError
 from autokernel.ops import OPS, get
-from autokernel.sandbox.bwrap import PROJECT
+from autokernel.untrusted import line as one_line
+from autokernel.untrusted import markup as escape  # markup-escaped AND control characters stripped
 
 
 def _cases(op: str, trace: Path | None) -> list[dict]:
@@ -32,15 +32,15 @@ def _cases(op: str, trace: Path | None) -> list[dict]:
     return cases
 
 
-def _check_inputs(op: str, candidates: list[Path]) -> None:
+def _check_inputs(op: str, candidates: list[Path], incumbent: Path) -> None:
     if op not in OPS:
         raise UserError(f"unknown op '{op}'; known ops: {', '.join(OPS)}")
     try:
         get(op)
     except ImportError as e:
         raise UserError(f"op '{op}' has no trusted spec yet (autokernel/ops/{op}.py): {e}") from None
-    if not (PROJECT / "kernels" / f"{op}.py").is_file():
-        raise UserError(f"kernels/{op}.py: no incumbent kernel for op '{op}'")
+    if not incumbent.is_file():
+        raise UserError(f"{incumbent}: no incumbent kernel for op '{op}'")
     for c in candidates:
         if not Path(c).is_file():
             raise UserError(f"{c}: no such candidate file")
@@ -49,20 +49,25 @@ def _check_inputs(op: str, candidates: list[Path]) -> None:
 
 
 def bench_command(op: str, candidates: list[Path], trace: Path | None, as_json: bool, *,
-                  policy: policy_mod.Policy | None = None, job_root: Path | None = None) -> int:
+                  policy: policy_mod.Policy | None = None, job_root: Path | None = None,
+                  incumbent: Path | None = None) -> int:
     """Benchmark kernels/OP.py against each candidate and print a table (or JSON).
 
-    `policy` defaults to ./policies.yaml when present; `job_root` (where each job's directory goes) to sandbox/.
+    `policy` defaults to ./policies.yaml when present; `job_root` (where each job's directory goes) to the target
+    checkout's sandbox/ (autokernel.paths); `incumbent` to that checkout's kernels/OP.py (another file, e.g. the
+    base commit's kernel from `git show`, compares a branch against its base).
     """
     candidates = [Path(c) for c in candidates]
+    layout = paths.target()
     try:
-        _check_inputs(op, candidates)
+        incumbent = Path(incumbent) if incumbent is not None else layout.kernels / f"{op}.py"
+        _check_inputs(op, candidates, incumbent)
         cases = _cases(op, trace)
         if policy is None:
             policy = policy_mod.load("policies.yaml" if Path("policies.yaml").is_file() else None)
-        m = measure(op, candidates, cases, policy, job_root or PROJECT / "sandbox")
+        m = measure(op, candidates, cases, policy, job_root or layout.sandbox, incumbent=incumbent)
     except (UserError, IncumbentFailed) as e:
-        print(f"autokernel bench: {e}", file=sys.stderr)  # one line, never wrapped
+        print(f"autokernel bench: {one_line(e)}", file=sys.stderr)  # one line, never wrapped
         return 2
     if as_json:
         print(json.dumps(m.to_dict(), indent=2, default=str))
@@ -83,8 +88,9 @@ def render(m: Measurement, console: Console) -> None:
     cands = [f for f in m.files if f.role == "candidate"] or ([None] if inc else [])
     conf = f"{m.policy['confidence']:.0%} CI"
     for c in cands:
-        title = f"{m.op}: {Path(c.path).name} vs kernels/{m.op}.py" if c else f"{m.op}: kernels/{m.op}.py"
-        t = Table(title=f"{title} — {m.label}", title_justify="left")
+        title = (f"{m.op}: {one_line(Path(c.path).name)} vs kernels/{m.op}.py" if c else
+                 f"{m.op}: kernels/{m.op}.py")
+        t = Table(title=escape(f"{title} — {m.label}"), title_justify="left")
         t.caption = escape(f"[lo–hi]: {conf}")
         for col in ("shape", "dtype", "calls", "reps", "incumbent ms", "candidate ms", "speedup", "GB/s",
                     "GFLOP/s", "% of peak", "note"):

@@ -132,11 +132,12 @@ def judge(op: str, raw: dict, calls: list[int], bench: Bench, peak: roofline.Pea
     return out
 
 
-def _job(op: str, cands: list[Path], cases: list[dict], policy: Policy, job_dir: Path) -> sandbox.SandboxResult:
-    """One sandboxed timing of kernels/<op>.py followed by `cands`, from snapshots copied into job_dir/files."""
+def _job(op: str, cands: list[Path], cases: list[dict], policy: Policy, job_dir: Path,
+         incumbent: Path) -> sandbox.SandboxResult:
+    """One sandboxed timing of `incumbent` followed by `cands`, from snapshots copied into job_dir/files."""
     (job_dir / "files").mkdir(parents=True, exist_ok=True)
     paths = [job_dir / "files" / f"incumbent_{op}.py"]
-    shutil.copyfile(sandbox.bwrap.PROJECT / "kernels" / f"{op}.py", paths[0])
+    shutil.copyfile(incumbent, paths[0])
     for k, c in enumerate(cands):
         paths.append(job_dir / "files" / f"candidate{k}_{c.name}")
         shutil.copyfile(c, paths[-1])
@@ -150,14 +151,17 @@ def _job(op: str, cands: list[Path], cases: list[dict], policy: Policy, job_dir:
     return res
 
 
-def measure(op: str, candidates: list[Path], cases: list[dict], policy: Policy, job_root: Path) -> Measurement:
+def measure(op: str, candidates: list[Path], cases: list[dict], policy: Policy, job_root: Path,
+            incumbent: Path | None = None) -> Measurement:
     """Time kernels/<op>.py against the candidates, interleaved in one sandboxed job.
 
     If that job dies (a candidate crashed the process, hung, or ran out of memory), each candidate is timed again in
     a job of its own with the incumbent, so that one bad file neither hides the others nor escapes its own verdict.
     cases: [{"shape": {...}, "calls": n, "dtype": "float32"}]. Jobs run one after another, never in parallel: they
-    would share the device being measured.
+    would share the device being measured. `incumbent` is the target checkout's kernels/<op>.py (autokernel.paths;
+    default: the installed project's).
     """
+    incumbent = Path(incumbent) if incumbent is not None else sandbox.bwrap.PROJECT / "kernels" / f"{op}.py"
     fp = device.fingerprint()
     peak = roofline.peak_for(fp)
     label = CPU_LABEL if fp["kind"] != "cuda" else f"CUDA {fp.get('gpu', '')}".strip()
@@ -169,7 +173,7 @@ def measure(op: str, candidates: list[Path], cases: list[dict], policy: Policy, 
     while groups:
         group = groups.pop(0)
         job_dir = root / ("all" if group == list(candidates) else f"alone-{candidates.index(group[0])}")
-        res = _job(op, group, cases, policy, job_dir)
+        res = _job(op, group, cases, policy, job_dir, incumbent)
         job_dirs.append(str(job_dir))
         isolation = res.isolation
         if not res.ok:
@@ -184,7 +188,7 @@ def measure(op: str, candidates: list[Path], cases: list[dict], policy: Policy, 
                 files.append(FileResult(str(group[0]), "candidate", reason, res.detail, reason=reason))
             continue
         judged = judge(op, res.data, calls, policy.bench, peak, ["incumbent"] + ["candidate"] * len(group))
-        for fr, path in zip(judged, [sandbox.bwrap.PROJECT / "kernels" / f"{op}.py", *group]):
+        for fr, path in zip(judged, [incumbent, *group]):
             fr.path = str(path)
         if not files or files[0].role != "incumbent":
             files.insert(0, judged[0])  # the first job's incumbent figures stand for the incumbent

@@ -80,20 +80,22 @@ def show(v) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from autokernel.untrusted import markup  # details and names come from the candidate: no markup, no escapes
+
     console = Console()
-    table = Table(title=f"verify {v.op}: {v.candidate}", title_justify="left")
+    table = Table(title=markup(f"verify {v.op}: {v.candidate}"), title_justify="left")
     for col in ("stage", "result", "reason", "detail", "time"):
         table.add_column(col, overflow="fold")
     for s in v.stages:
         result = "[green]pass[/green]" if s.passed else "[red]FAIL[/red]"
-        table.add_row(s.name, result, s.reason or "", s.detail, f"{s.elapsed_s:.1f} s")
+        table.add_row(markup(s.name), result, markup(s.reason or ""), markup(s.detail), f"{s.elapsed_s:.1f} s")
     console.print(table)
     word = "[bold green]ACCEPTED[/bold green]" if v.accepted else "[bold red]REJECTED[/bold red]"
     dev = v.device.get("gpu") or f"{v.device.get('kind')} ({v.device.get('cpu')})"
     console.print(f"{word}  sha256 {v.candidate_sha256[:12]}  seed {v.seed}  {v.elapsed_s:.1f} s on {dev}")
     if v.device.get("timing_note"):
         console.print(f"[dim]{v.device['timing_note']}[/dim]")
-    console.print(f"[dim]verdict: {v.run_dir}/verdict.json[/dim]")
+    console.print(f"[dim]verdict: {markup(v.run_dir)}/verdict.json[/dim]")
 
 
 def register(app) -> None:

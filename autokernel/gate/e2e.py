@@ -32,25 +32,37 @@ def backend() -> str:
     return "triton" if device.is_cuda() else "reference"
 
 
-def _key(policy: Policy) -> str:
+def _others(kernels_dir: Path | None, skip: str | None = None) -> dict[str, str]:
+    """On CUDA, the target checkout's kernels (autokernel.paths) for every other op, when that is not the installed
+    project: the engine around the candidate is the one the commit will land in. On CPU every other op runs its
+    reference (module docstring), so there is nothing to swap."""
+    if backend() != "triton" or kernels_dir is None or Path(kernels_dir).resolve() == (ROOT / "kernels").resolve():
+        return {}
+    from autokernel.ops import OPS
+    files = {o: Path(kernels_dir) / f"{o}.py" for o in OPS if o != skip}
+    return {o: str(f) for o, f in files.items() if f.is_file()}
+
+
+def _key(policy: Policy, kernels_dir: Path | None = None) -> str:
     from autokernel.engine.gguf_model import embedded_model_path
     model = Path(policy.target.model) if policy.target.model else embedded_model_path()
     h = hashlib.sha256()
     h.update(json.dumps([str(model), model.stat().st_size, policy.target.weights, policy.e2e.prompts,
                          policy.e2e.max_new_tokens, backend(), device.kind()]).encode())
-    for f in sorted((ROOT / "kernels").glob("*.py")):
+    for f in sorted(Path(kernels_dir or ROOT / "kernels").glob("*.py")):
         h.update(f.read_bytes())
     return h.hexdigest()[:16]
 
 
-def baseline(policy: Policy) -> dict:
+def baseline(policy: Policy, kernels_dir: Path | None = None) -> dict:
     """The unmodified engine's greedy continuations, teacher-forced logits and noise floor (cached on disk)."""
-    path = CACHE / f"e2e-{_key(policy)}.pt"
+    path = CACHE / f"e2e-{_key(policy, kernels_dir)}.pt"
     if path.exists():
         return torch.load(path, weights_only=True)
     from autokernel.engine import open_engine
     from autokernel.gate.e2e_child import greedy, teacher_forced
-    eng = open_engine(policy.target.model, kernels=backend(), weights=policy.target.weights)
+    eng = open_engine(policy.target.model, kernels=backend(), weights=policy.target.weights,
+                      overrides=_others(kernels_dir) or None)
     rows = [eng.encode_prompt(p) for p in policy.e2e.prompts]
     new = greedy(eng, rows, policy.e2e.max_new_tokens)
     seqs = [r + n for r, n in zip(rows, new)]
@@ -70,7 +82,8 @@ def _div_rows(logits: torch.Tensor, mask: torch.Tensor, other_rows: list[torch.T
     return divergence(logits, torch.stack(other_rows), mask)
 
 
-def stage(op: str, candidate: Path, policy: Policy, job_dir: Path | None = None) -> StageResult:
+def stage(op: str, candidate: Path, policy: Policy, job_dir: Path | None = None,
+          kernels_dir: Path | None = None) -> StageResult:
     """The gate's end-to-end stage for `candidate` (the gate's own copy of the file) in slot `op`."""
     t0 = time.perf_counter()
     job_dir = job_dir or candidate.parent / "e2e"
@@ -78,11 +91,13 @@ def stage(op: str, candidate: Path, policy: Policy, job_dir: Path | None = None)
     inside = job_dir / candidate.name  # the sandbox sees only its own job dir (and the trusted code)
     if inside.resolve() != candidate.resolve():
         inside.write_bytes(candidate.read_bytes())
-    base = baseline(policy)
+    base = baseline(policy, kernels_dir)
+    others = _others(kernels_dir, skip=op)
     payload = {"op": op, "candidate": str(inside), "model": policy.target.model, "backend": backend(),
                "weights": policy.target.weights, "seqs": base["seqs"], "prompt_lens": base["prompt_lens"],
-               "max_new_tokens": policy.e2e.max_new_tokens}
-    res = sandbox.run("autokernel.gate.e2e_child:run", payload, job_dir, policy.sandbox)
+               "max_new_tokens": policy.e2e.max_new_tokens, **({"others": others} if others else {})}
+    res = sandbox.run("autokernel.gate.e2e_child:run", payload, job_dir, policy.sandbox,
+                      **({"ro_paths": [Path(kernels_dir).resolve()]} if others else {}))
     if not res.ok:
         return StageResult.fail("e2e", res.reason or "sandbox.error", res.detail)
     logits = torch.load(job_dir / "e2e_logits.pt", weights_only=True)

@@ -25,7 +25,7 @@ def run(payload: dict, job_dir: Path) -> dict:
     import kernels  # noqa: F401  sets TRITON_INTERPRET on CPU before the candidate's triton import
     from autokernel.engine import open_engine
     eng = open_engine(payload["model"], kernels=payload["backend"], weights=payload["weights"],
-                      overrides={payload["op"]: payload["candidate"]})
+                      overrides={**payload.get("others", {}), payload["op"]: payload["candidate"]})
     logits, _ = teacher_forced(eng, payload["seqs"])
     torch.save(logits, Path(job_dir) / "e2e_logits.pt")
     prompts = [s[:n] for s, n in zip(payload["seqs"], payload["prompt_lens"])]

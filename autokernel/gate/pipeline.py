@@ -6,7 +6,9 @@ to <job_dir>/verdict.json.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
+import inspect
 import secrets
 import time
 from datetime import datetime, timezone
@@ -27,9 +29,9 @@ Stage = Callable[[str, Path, Policy], StageResult]
 # Stages run after static, runtime and numeric have passed, in order, each given (op, candidate file, policy); the
 # candidate file is the gate's own copy (the bytes that were hashed). The engine owner appends the end-to-end stage:
 #     from autokernel.gate.pipeline import STAGES; STAGES.append(e2e_check)
-def _e2e(op: str, candidate: Path, policy: Policy) -> StageResult:
+def _e2e(op: str, candidate: Path, policy: Policy, kernels_dir: Path | None = None) -> StageResult:
     from autokernel.gate import e2e
-    return e2e.stage(op, candidate, policy)
+    return e2e.stage(op, candidate, policy, kernels_dir=kernels_dir)
 
 
 STAGES: list[Stage] = [_e2e]
@@ -43,13 +45,15 @@ def default_run_dir(op: str) -> Path:
 def verify(op: str, candidate_path: str | Path, *, shapes: list[dict] | None = None, seed: int | None = None,
            policy: Policy | None = None, run_dir: str | Path | None = None,
            dtypes: list[torch.dtype] | None = None, dists: list[str] | None = None,
-           stages: list[Stage] | None = None) -> Verdict:
+           stages: list[Stage] | None = None, kernels_dir: str | Path | None = None) -> Verdict:
     """Judge `candidate_path` as a replacement for kernels/<op>.py.
 
     shapes: the traced shapes (default: the spec's model shapes); the spec's odd shapes and one larger shape are
     always added. seed: None draws a fresh secret one. dtypes/dists narrow the case grid (tests); the default is
     every dtype of the spec and every distribution. Raises KeyError for an unknown op, OSError for an unreadable
-    candidate (the command turns both into exit code 2).
+    candidate (the command turns both into exit code 2). kernels_dir: the target checkout's kernels/
+    (autokernel.paths), whose <op>.py gives the launcher signature and whose other kernels the end-to-end engine
+    runs (default: the installed project's).
     """
     t0 = time.perf_counter()
     spec = get(op)
@@ -72,7 +76,8 @@ def verify(op: str, candidate_path: str | Path, *, shapes: list[dict] | None = N
                 r.elapsed_s = round(time.perf_counter() - s, 3)
         return out
 
-    results.append(timed(static.check_source, source, op))
+    reference = Path(kernels_dir) / f"{op}.py" if kernels_dir is not None else None
+    results.append(timed(static.check_source, source, op, reference))
     if results[-1].passed:
         planned = numeric.plan(spec, shapes, dtypes, dists)
         runtime, num = timed(numeric.run, spec, copy, job_dir, policy.sandbox, seed, planned)
@@ -80,7 +85,9 @@ def verify(op: str, candidate_path: str | Path, *, shapes: list[dict] | None = N
     for stage in (STAGES if stages is None else stages):
         if not all(r.passed for r in results):
             break
-        results.append(timed(stage, op, copy, policy))
+        takes_dir = kernels_dir is not None and "kernels_dir" in inspect.signature(stage).parameters
+        results.append(timed(functools.partial(stage, kernels_dir=Path(kernels_dir)) if takes_dir else stage,
+                             op, copy, policy))
     accepted = all(r.passed for r in results)
     v = Verdict(op=op, candidate=str(candidate_path), candidate_sha256=sha,
                 verdict="accepted" if accepted else "rejected", stages=results, seed=seed,

@@ -1,42 +1,104 @@
-"""Deliver accepted kernels as commits on autokernel's own branch, made in a separate worktree (GitPython).
+"""Deliver accepted kernels as one commit on autokernel's own branch of the target repo, never touching the checkout.
 
-The user's checkout, index, current branch and uncommitted changes are never touched: a temporary worktree is
-created from HEAD, the files are written and committed there, and the worktree is removed. If anything fails or is
-interrupted before the commit exists, the new branch is deleted again, so no half-made commit is left behind.
+The commit is built with git's plumbing, not in a checkout: the files are written as blobs (`hash-object -w`), laid
+over HEAD's tree in a private index file (`read-tree`, `update-index --cacheinfo`, `write-tree`), wrapped in a
+commit (`commit-tree`), and the branch is created last and atomically (`update-ref` with "must not exist"). So:
+  - the user's work tree, index, HEAD and branches are never touched, and no worktree is left behind;
+  - `.gitignore` plays no part: evidence under an ignored `traces/` is committed like any other path;
+  - nothing half-made is ever visible: if any step fails or is interrupted, no branch points at anything.
+Every git process runs with hooks disabled (`core.hooksPath` pointing at an empty directory, `--no-verify` on push),
+the system and global config ignored, filters and fsmonitor off, and an environment built from an allowlist: the
+API keys in ours (model providers, GitHub) never reach git or anything git would start.
 """
 from __future__ import annotations
 
 import json
+import os
 import re
-import shutil
+import subprocess
 import tempfile
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from autokernel.errors import UserError
+from autokernel.untrusted import line, plain
 
 BOT_NAME, BOT_EMAIL = "autokernel", "autokernel@localhost"
+ZERO = "0" * 40
+# Passed to git from our environment when set; nothing else (no *_KEY, *_TOKEN, proxies' credentials).
+GIT_ENV = ("PATH", "LANG", "LC_ALL", "TZ", "SYSTEMROOT")
+PUSH_ENV = ("HOME", "SSH_AUTH_SOCK", "GIT_SSH_COMMAND", "GIT_ASKPASS", "SSH_ASKPASS", "XDG_CONFIG_HOME")
+
+
+class DeliveryError(UserError):
+    """Git refused the delivery (one line); the run's state stays resumable and `--resume` retries it."""
 
 
 @dataclass(frozen=True)
 class Delivered:
     branch: str
     sha: str
+    base: str  # the commit the branch starts from (the target's HEAD when the commit was made)
     files: tuple[str, ...]
 
 
+def _env(for_push: bool = False) -> dict[str, str]:
+    keep = GIT_ENV + (PUSH_ENV if for_push else ())
+    env = {k: os.environ[k] for k in keep if k in os.environ}
+    env.update(GIT_TERMINAL_PROMPT="0", GIT_AUTHOR_NAME=BOT_NAME, GIT_AUTHOR_EMAIL=BOT_EMAIL,
+               GIT_COMMITTER_NAME=BOT_NAME, GIT_COMMITTER_EMAIL=BOT_EMAIL)
+    if not for_push:  # push may need the user's credential helper; a commit needs nobody's config
+        env.update(GIT_CONFIG_NOSYSTEM="1", GIT_CONFIG_GLOBAL=os.devnull, HOME=tempfile.gettempdir())
+    return env
+
+
+def git(cwd: str | Path, *args: str, input: bytes | None = None, env: dict | None = None,
+        for_push: bool = False) -> str:
+    """One git command, hooks off, scrubbed environment; its stdout, or DeliveryError with git's last line."""
+    with tempfile.TemporaryDirectory(prefix="autokernel-nohooks-") as no_hooks:
+        cmd = ["git", "-c", f"core.hooksPath={no_hooks}", "-c", "core.fsmonitor=false",
+               "-c", "commit.gpgSign=false", "-c", "core.autocrlf=false", *args]
+        try:
+            p = subprocess.run(cmd, cwd=cwd, input=input, capture_output=True, timeout=120,
+                               env={**_env(for_push), **(env or {})})
+        except (OSError, subprocess.TimeoutExpired) as e:
+            raise DeliveryError(f"git {args[0]} failed in {cwd}: {e}") from None
+    if p.returncode != 0:
+        err = (p.stderr.decode(errors="replace").strip().splitlines() or [f"exit {p.returncode}"])[-1]
+        raise DeliveryError(f"git {args[0]} failed in {cwd}: {line(err, 300)}")
+    return p.stdout.decode(errors="replace").strip()
+
+
 def open_repo(path: str | Path):
-    import git
+    """The GitPython Repo at or above `path` (reads only: remotes, the active branch)."""
+    import git as gitpython
     try:
-        return git.Repo(path, search_parent_directories=True)
-    except (git.InvalidGitRepositoryError, git.NoSuchPathError):
+        return gitpython.Repo(path, search_parent_directories=True)
+    except (gitpython.InvalidGitRepositoryError, gitpython.NoSuchPathError):
         raise UserError(f"{path}: not inside a git repository (pass --repo PATH to a clone)") from None
 
 
-def free_branch(repo, name: str) -> str:
-    existing = {h.name for h in repo.heads}
+def toplevel(path: str | Path) -> Path:
+    if not Path(path).is_dir():
+        raise UserError(f"{path}: no such directory")
+    try:
+        return Path(git(path, "rev-parse", "--show-toplevel"))
+    except DeliveryError:
+        raise UserError(f"{path}: not inside a git repository (pass --repo PATH to a clone)") from None
+
+
+def head(path: str | Path) -> str:
+    try:
+        return git(path, "rev-parse", "--verify", "--quiet", "HEAD^{commit}")
+    except DeliveryError:
+        raise DeliveryError(f"{path}: the repository has no commits yet") from None
+
+
+def free_branch(path: str | Path, name: str) -> str:
+    git(path, "check-ref-format", "--branch", name)
+    existing = set(git(path, "for-each-ref", "--format=%(refname:short)", "refs/heads/").splitlines())
     if name not in existing:
         return name
     n = 2
@@ -45,54 +107,47 @@ def free_branch(repo, name: str) -> str:
     return f"{name}-{n}"
 
 
+def _rel(path: str) -> str:
+    p = PurePosixPath(path)
+    if p.is_absolute() or not p.parts or any(part in ("", ".", "..", ".git") for part in p.parts):
+        raise DeliveryError(f"{path!r}: not a plain path inside the repository")
+    return str(p)
+
+
 def commit_files(repo_path: str | Path, branch: str, files: dict[str, str | bytes], message: str) -> Delivered:
-    """One commit holding `files` (repo-relative path -> content) on a new `branch` from HEAD, made off-checkout."""
-    import git
-    repo = open_repo(repo_path)
-    if repo.head.is_valid() is False:
-        raise UserError(f"{repo.working_tree_dir}: the repository has no commits yet")
-    branch = free_branch(repo, branch)
-    tmp = Path(tempfile.mkdtemp(prefix="autokernel-wt-"))
-    wt_dir = tmp / "wt"
-    committed = False
-    try:
-        repo.git.worktree("add", "-b", branch, str(wt_dir), "HEAD")
-        wt = git.Repo(wt_dir)
-        for rel, content in files.items():
-            dst = wt_dir / rel
-            dst.parent.mkdir(parents=True, exist_ok=True)
-            dst.write_bytes(content.encode() if isinstance(content, str) else content)
-        wt.git.add("--", *files.keys())
-        actor = git.Actor(BOT_NAME, BOT_EMAIL)
-        commit = wt.index.commit(message, author=actor, committer=actor)
-        committed = True
-        return Delivered(branch, commit.hexsha, tuple(files))
-    finally:
+    """One commit holding `files` (repo-relative path -> content) over HEAD, on a new `branch` (a free name near
+    it), made without a checkout (see the module docstring)."""
+    root = toplevel(repo_path)
+    base = head(root)
+    rels = {_rel(k): v.encode() if isinstance(v, str) else v for k, v in files.items()}
+    with tempfile.TemporaryDirectory(prefix="autokernel-index-") as tmp:
+        index = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
+        git(root, "read-tree", base, env=index)
+        for rel, content in rels.items():
+            blob = git(root, "hash-object", "-w", "--stdin", input=content)
+            git(root, "update-index", "--add", "--cacheinfo", f"100644,{blob},{rel}", env=index)
+        tree = git(root, "write-tree", env=index)
+    sha = git(root, "commit-tree", tree, "-p", base, "-F", "-", input=plain(message).encode())
+    for _ in range(20):  # another process may take the name between free_branch and update-ref: take the next
+        name = free_branch(root, branch)
         try:
-            repo.git.worktree("remove", "--force", str(wt_dir))
-        except git.GitCommandError:
-            pass
-        shutil.rmtree(tmp, ignore_errors=True)
-        repo.git.worktree("prune")
-        if not committed and branch in {h.name for h in repo.heads}:
-            repo.git.branch("-D", branch)
+            git(root, "update-ref", "-m", "autokernel: deliver", f"refs/heads/{name}", sha, ZERO)
+            return Delivered(name, sha, base, tuple(rels))
+        except DeliveryError:
+            continue
+    raise DeliveryError(f"{root}: could not create a branch named like {branch!r}")
 
 
 def push(repo_path: str | Path, branch: str, remote: str = "origin") -> None:
-    import git
-    repo = open_repo(repo_path)
-    try:
-        repo.git.push(remote, f"{branch}:{branch}")
-    except git.GitCommandError as e:
-        raise UserError(f"git push {remote} {branch} failed: {e.stderr.strip().splitlines()[-1] if e.stderr else e}")
+    root = toplevel(repo_path)
+    git(root, "push", "--no-verify", remote, f"refs/heads/{branch}:refs/heads/{branch}", for_push=True)
 
 
 def github_slug(repo_path: str | Path, remote: str = "origin") -> str:
     """owner/name from the remote URL (https or ssh form)."""
-    repo = open_repo(repo_path)
     try:
-        url = repo.remote(remote).url
-    except ValueError:
+        url = git(toplevel(repo_path), "remote", "get-url", remote)
+    except DeliveryError:
         raise UserError(f"no git remote {remote!r} to open a pull request against") from None
     m = re.search(r"[:/]([^/:]+)/([^/]+?)(?:\.git)?/?$", url)
     if not m:
@@ -105,13 +160,14 @@ def open_pull_request(slug: str, branch: str, base: str, title: str, body: str, 
     """POST /repos/{slug}/pulls; returns the PR's html_url."""
     req = urllib.request.Request(
         f"{api_url.rstrip('/')}/repos/{slug}/pulls", method="POST",
-        data=json.dumps({"title": title, "head": branch, "base": base, "body": body}).encode(),
+        data=json.dumps({"title": line(title, 250), "head": branch, "base": base, "body": plain(body)}).encode(),
         headers={"Authorization": f"Bearer {token}", "Accept": "application/vnd.github+json",
                  "X-GitHub-Api-Version": "2022-11-28", "Content-Type": "application/json"})
     try:
         with urllib.request.urlopen(req, timeout=30) as r:
             return json.load(r)["html_url"]
     except urllib.error.HTTPError as e:
-        raise UserError(f"GitHub refused the pull request ({e.code}): {e.read()[:200].decode(errors='replace')}")
+        raise UserError(f"GitHub refused the pull request ({e.code}): "
+                        f"{line(e.read()[:200].decode(errors='replace'))}") from None
     except urllib.error.URLError as e:
         raise UserError(f"cannot reach {api_url}: {e.reason}") from None

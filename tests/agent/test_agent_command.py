@@ -61,10 +61,32 @@ def test_llm_session_through_the_command(tmp_path, keys, rmsnorm_prompt):
 
 @pytest.mark.parametrize("op,match", [("lm_head", "may not be rewritten"), ("conv2d", "unknown op"),
                                       ("rmsnorm", "no kernel file")])
-def test_ops_that_cannot_be_worked_on(tmp_path, monkeypatch, op, match):
-    monkeypatch.setattr(prompt, "KERNELS", tmp_path)  # an empty kernels/: no file to rewrite
+def test_ops_that_cannot_be_worked_on(tmp_path, op, match):
+    engine = tmp_path / "engine"  # a checkout whose kernels/ has no rmsnorm.py
+    (engine / "kernels").mkdir(parents=True)
+    (engine / "kernels" / "silu_mul.py").write_text("# another op\n")
     with pytest.raises(UserError, match=match):
-        agent_command(op, "search", run_dir=tmp_path, policy=Policy(), evaluator=StubEvaluator())
+        agent_command(op, "search", run_dir=tmp_path, policy=Policy(), evaluator=StubEvaluator(), repo=engine)
+
+
+def test_repo_that_is_not_an_autokernel_checkout_is_refused(tmp_path):
+    (tmp_path / "src").mkdir()
+    with pytest.raises(UserError, match=r"not an autokernel checkout \(no kernels/<op>.py files\)"):
+        agent_command("rmsnorm", "search", run_dir=tmp_path, policy=Policy(), evaluator=StubEvaluator(),
+                      repo=tmp_path / "src")
+
+
+def test_the_prompt_shows_the_target_checkouts_kernel(tmp_path):
+    engine = tmp_path / "engine"
+    (engine / "kernels").mkdir(parents=True)
+    (engine / "kernels" / "rmsnorm.py").write_text(prompt.kernel_path("rmsnorm").read_text()
+                                                   + "# marker: the target checkout's rmsnorm\n")
+    run_session("rmsnorm", "search", run_dir=tmp_path / "run", policy=Policy(), evaluator=StubEvaluator(),
+                echo=lambda s: None, repo=engine)
+    messages = json.loads((tmp_path / "run" / "transcript.json").read_text())["messages"]
+    assert "# marker: the target checkout's rmsnorm" in messages[1]["content"]  # the task shows the incumbent
+    read = [m for m in messages if m["role"] == "tool" and m["name"] == "read_kernel"]
+    assert read and all("# marker: the target checkout's rmsnorm" in m["content"] for m in read)
 
 
 def test_llm_without_key_is_a_user_error_pointing_at_search(tmp_path, monkeypatch):

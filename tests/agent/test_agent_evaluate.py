@@ -5,11 +5,12 @@ import json
 from pathlib import Path
 
 import pytest
-from agent_helpers import CHEAT, GOOD
+from agent_helpers import CHEAT, GOOD, INCUMBENT
 
 import autokernel.bench.measure as bench_measure
 from autokernel import gate
-from autokernel.agent.evaluate import Feedback, SandboxEvaluator, from_verdict, sha256
+from autokernel import paths
+from autokernel.agent.evaluate import Feedback, SandboxEvaluator, from_verdict, gate_record, sha256
 from autokernel.bench.measure import FileResult, IncumbentFailed, Measurement, ShapeResult
 from autokernel.bench.stats import Interval
 from autokernel.errors import UserError
@@ -46,8 +47,9 @@ def fakes(monkeypatch):
         calls["verify"].append({"op": op, "path": Path(path), "run_dir": Path(run_dir), "shapes": shapes, **kw})
         return verdict(op, path, "torch.nn.functional" not in Path(path).read_text())
 
-    def fake_measure(op, candidates, cases, policy, job_root):
-        calls["bench"].append({"candidates": candidates, "cases": cases, "job_root": Path(job_root)})
+    def fake_measure(op, candidates, cases, policy, job_root, incumbent=None):
+        calls["bench"].append({"candidates": candidates, "cases": cases, "job_root": Path(job_root),
+                               "incumbent": incumbent})
         return calls.get("measurement") or measurement()
 
     monkeypatch.setattr(gate, "verify", fake_verify)
@@ -70,6 +72,33 @@ def test_candidate_written_under_its_sha_then_gate_then_bench(tmp_path, fakes):
     assert fb.per_shape[0]["speedup"] == 1.5 and fb.note == "CPU / Triton interpreter"
     assert json.loads((job / "feedback.json").read_text())["summary"] == fb.summary
     assert fb.summary == "passed the gate; speedup 1.500x [1.400, 1.600], 15.00 % of peak: accepted"
+
+
+def test_the_target_checkout_gives_the_incumbent_and_the_signature(tmp_path, fakes):
+    """--repo is one checkout: the gate checks the launcher against the target's kernels/<op>.py, and the bench
+    times that file as the incumbent (and so does the confirming benchmark)."""
+    target = tmp_path / "engine"
+    (target / "kernels").mkdir(parents=True)
+    (target / "kernels" / "rmsnorm.py").write_text(INCUMBENT + "# the target's own\n")
+    ev = SandboxEvaluator(tmp_path / "run", layout=paths.Layout(target))
+    ev.evaluate("rmsnorm", GOOD)
+    assert fakes["verify"][0]["kernels_dir"] == target / "kernels"
+    assert fakes["bench"][0]["incumbent"] == target / "kernels" / "rmsnorm.py"
+    m = ev.confirm("rmsnorm", GOOD)
+    assert m.files[-1].accepted and fakes["bench"][1]["incumbent"] == target / "kernels" / "rmsnorm.py"
+    assert fakes["bench"][1]["candidates"][0].read_text() == GOOD
+
+
+def test_gate_record_keeps_the_trusted_facts(tmp_path):
+    path = tmp_path / "rmsnorm.py"
+    path.write_text(GOOD)
+    v = verdict("rmsnorm", path, True)
+    v.stages.append(StageResult.ok("e2e", "KL ok", kl_mean=1e-9, positions=40, isolation="bwrap+cgroup"))
+    v.stages[1].metrics["isolation"] = "bwrap+cgroup"
+    g = gate_record(from_verdict(v))
+    assert g["seed"] == 1 and g["isolation"] == "bwrap+cgroup" and g["sha256"] == sha256(GOOD)
+    assert g["stages"][-1]["metrics"]["kl_mean"] == 1e-9 and [s["name"] for s in g["stages"]] == [
+        "static", "numeric", "e2e"]
 
 
 def test_rejected_by_the_gate_is_never_benchmarked(tmp_path, fakes):

@@ -1,7 +1,11 @@
-"""Delivery never touches the user's checkout: branch, index, HEAD and dirty files stay exactly as they were."""
+"""Delivery never touches the user's checkout (branch, index, HEAD, dirty files), commits ignored evidence paths,
+runs no hook of the repository, and hands git no secret from our environment."""
 import json
+import os
+import stat
 import threading
 from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
 
 import git
 import pytest
@@ -9,25 +13,43 @@ import pytest
 from autokernel import git as delivery
 from autokernel.errors import UserError
 
+HOOKS = ("pre-commit", "prepare-commit-msg", "commit-msg", "post-commit", "post-checkout", "reference-transaction",
+         "post-index-change", "pre-push", "post-rewrite")
+
 
 @pytest.fixture
 def repo(tmp_path):
     r = git.Repo.init(tmp_path / "user", initial_branch="main")
     (tmp_path / "user" / "kernels").mkdir()
     (tmp_path / "user" / "kernels" / "rmsnorm.py").write_text("old\n")
-    r.index.add(["kernels/rmsnorm.py"])
+    (tmp_path / "user" / ".gitignore").write_text("traces/*\n!traces/.gitkeep\nsandbox/*\n")
+    r.index.add(["kernels/rmsnorm.py", ".gitignore"])
     r.index.commit("init", author=git.Actor("u", "u@x"), committer=git.Actor("u", "u@x"))
     return r
 
 
 def snapshot(r):
-    return (r.active_branch.name, r.head.commit.hexsha, r.git.status("--porcelain"), r.git.diff(),
-            r.git.diff("--cached"), sorted(p.name for p in __import__("pathlib").Path(r.working_tree_dir).iterdir()))
+    wd = Path(r.working_tree_dir)
+    return (r.active_branch.name, r.head.commit.hexsha, r.git.status("--porcelain", "--ignored"), r.git.diff(),
+            r.git.diff("--cached"), sorted(str(p.relative_to(wd)) for p in wd.rglob("*") if ".git" not in p.parts),
+            (wd / ".git" / "index").read_bytes())
+
+
+def plant_hooks(repo) -> Path:
+    """Every hook git might run writes a marker; returns the marker directory."""
+    marks = Path(repo.working_tree_dir).parent / "marks"
+    marks.mkdir()
+    hooks = Path(repo.git_dir) / "hooks"
+    hooks.mkdir(exist_ok=True)
+    for h in HOOKS:
+        (hooks / h).write_text(f"#!/bin/sh\ntouch {marks}/{h}\nenv > {marks}/{h}.env\n")
+        (hooks / h).chmod(0o755)
+    return marks
 
 
 def test_commit_on_own_branch_leaves_checkout_untouched(repo):
     wd = repo.working_tree_dir
-    (repo.working_tree_dir and open(f"{wd}/kernels/rmsnorm.py", "w")).write("user's uncommitted edit\n")
+    open(f"{wd}/kernels/rmsnorm.py", "w").write("user's uncommitted edit\n")
     open(f"{wd}/notes.txt", "w").write("untracked\n")
     repo.git.add("notes.txt")  # something staged too
     before = snapshot(repo)
@@ -36,28 +58,78 @@ def test_commit_on_own_branch_leaves_checkout_untouched(repo):
     assert snapshot(repo) == before
     assert open(f"{wd}/kernels/rmsnorm.py").read() == "user's uncommitted edit\n"
     c = repo.commit(d.branch)
-    assert c.hexsha == d.sha and c.message.startswith("msg") and c.parents[0].hexsha == before[1]
+    assert c.hexsha == d.sha and c.message.startswith("msg") and c.parents[0].hexsha == before[1] == d.base
     assert c.tree["kernels/rmsnorm.py"].data_stream.read() == b"new\n"
-    assert repo.git.worktree("list").count("\n") == 0  # the temporary worktree is gone
+    # traces/ is ignored by .gitignore: committed all the same (the bug was `git add` without -f)
+    assert c.tree["traces/a/summary.json"].data_stream.read() == b"{}"
+    assert sorted(c.stats.files) == ["kernels/rmsnorm.py", "traces/a/summary.json"]
+    assert repo.git.worktree("list").count("\n") == 0  # no worktree made or left behind
+    assert (c.author.name, c.committer.name) == ("autokernel", "autokernel")
+
+
+def test_no_repository_hook_runs(repo):
+    marks = plant_hooks(repo)
+    d = delivery.commit_files(repo.working_tree_dir, "autokernel/h", {"kernels/rmsnorm.py": "new\n"}, "m")
+    assert repo.commit(d.branch).hexsha == d.sha
+    assert sorted(p.name for p in marks.iterdir()) == []
+
+
+def test_git_gets_no_secret_from_our_environment(repo, tmp_path, monkeypatch):
+    """A `git` earlier on PATH records the environment it was started with, then runs the real git."""
+    real = [p for p in os.environ["PATH"].split(os.pathsep) if (Path(p) / "git").is_file()][0]
+    shim = tmp_path / "bin"
+    shim.mkdir()
+    (shim / "git").write_text(f"#!/bin/sh\nenv >> {tmp_path}/git.env\nexec {real}/git \"$@\"\n")
+    (shim / "git").chmod((shim / "git").stat().st_mode | stat.S_IXUSR)
+    monkeypatch.setenv("PATH", f"{shim}{os.pathsep}{os.environ['PATH']}")
+    for var in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GITHUB_TOKEN", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.setenv(var, "canary-7f3a91")
+    delivery.commit_files(repo.working_tree_dir, "autokernel/e", {"kernels/rmsnorm.py": "new\n"}, "m")
+    seen = (tmp_path / "git.env").read_text()
+    assert "GIT_INDEX_FILE" in seen  # the shim did see the plumbing calls
+    assert "canary-7f3a91" not in seen
 
 
 def test_branch_name_collision_gets_suffix(repo):
     a = delivery.commit_files(repo.working_tree_dir, "autokernel/x", {"f": "1"}, "a")
     b = delivery.commit_files(repo.working_tree_dir, "autokernel/x", {"f": "2"}, "b")
     assert (a.branch, b.branch) == ("autokernel/x", "autokernel/x-2")
+    assert repo.commit(a.branch).tree["f"].data_stream.read() == b"1"
 
 
-def test_failure_before_commit_leaves_no_branch(repo, monkeypatch):
-    monkeypatch.setattr(git.IndexFile, "commit", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt()))
+def test_failure_before_the_branch_leaves_no_branch(repo, monkeypatch):
+    real = delivery.git
+
+    def failing(cwd, *args, **kw):
+        if args[0] == "update-ref":
+            raise KeyboardInterrupt()
+        return real(cwd, *args, **kw)
+    monkeypatch.setattr(delivery, "git", failing)
+    before = snapshot(repo)
     with pytest.raises(KeyboardInterrupt):
         delivery.commit_files(repo.working_tree_dir, "autokernel/y", {"f": "1"}, "m")
     assert "autokernel/y" not in [h.name for h in repo.heads]
-    assert repo.git.worktree("list").count("\n") == 0
+    assert snapshot(repo) == before
+
+
+@pytest.mark.parametrize("path", ["../escape.py", "/etc/passwd", ".git/hooks/pre-commit", "a/../../b"])
+def test_paths_outside_the_tree_are_refused(repo, path):
+    with pytest.raises(delivery.DeliveryError, match="not a plain path"):
+        delivery.commit_files(repo.working_tree_dir, "autokernel/z", {path: "x"}, "m")
+    assert "autokernel/z" not in [h.name for h in repo.heads]
+
+
+def test_message_control_characters_are_stripped(repo):
+    d = delivery.commit_files(repo.working_tree_dir, "autokernel/m", {"f": "1"},
+                              "title\n\nfrom the model: \x1b]0;pwned\x07\x1b[2Jok [/]")
+    assert repo.commit(d.branch).message.rstrip() == "title\n\nfrom the model: ok [/]"
 
 
 def test_not_a_repo(tmp_path):
     with pytest.raises(UserError, match="not inside a git repository"):
         delivery.open_repo(tmp_path)
+    with pytest.raises(UserError, match="not inside a git repository"):
+        delivery.commit_files(tmp_path, "autokernel/x", {"f": "1"}, "m")
 
 
 def test_open_pull_request_against_fake_github(repo):
@@ -80,9 +152,10 @@ def test_open_pull_request_against_fake_github(repo):
     threading.Thread(target=srv.handle_request, daemon=True).start()
     repo.create_remote("origin", "git@github.com:acme/engine.git")
     slug = delivery.github_slug(repo.working_tree_dir)
-    url = delivery.open_pull_request(slug, "autokernel/x", "main", "t", "body", "tok",
+    url = delivery.open_pull_request(slug, "autokernel/x", "main", "t", "body \x1b[2J", "tok",
                                      api_url=f"http://127.0.0.1:{srv.server_port}")
     srv.server_close()
     assert slug == "acme/engine" and url.endswith("/pull/1")
     assert seen["path"] == "/repos/acme/engine/pulls" and seen["auth"] == "Bearer tok"
     assert seen["body"]["head"] == "autokernel/x" and seen["body"]["base"] == "main"
+    assert seen["body"]["body"] == "body "

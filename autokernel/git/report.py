@@ -1,0 +1,141 @@
+"""What a delivered win says: the commit message / PR body and the small evidence file committed beside the kernel.
+
+Everything here is written by the parent from data it holds itself: the Measurement it computed, the gate's stage
+results as returned in-process (never a verdict.json read back from a directory a candidate could write), the
+device fingerprint, the session's provenance. Text a model or candidate produced (the model's summary, rejection
+details) goes through autokernel.untrusted: control characters stripped, and fenced in Markdown so it is shown,
+never rendered. Repro commands name only repository paths, so they work on a reviewer's machine.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+from autokernel.untrusted import fenced, line
+
+MAX_RATIONALE_CHARS = 1500  # a summary a reviewer reads, not the session: the transcript stays in sandbox/
+
+
+@dataclass
+class Win:
+    """One accepted, confirmed candidate and what is known about it (all trusted except `rationale`)."""
+    op: str
+    measurement: object  # autokernel.bench.measure.Measurement (the confirming benchmark)
+    gate: dict  # {"seed", "isolation", "sha256", "stages": [{name, passed, reason, detail, elapsed_s, metrics}]}
+    provenance: dict = field(default_factory=dict)  # agent, model, candidates, tokens, usd
+    rationale: str = ""  # the model's own words (untrusted)
+    trace_id: str | None = None  # the profile's run id (not its path: that is machine-local)
+    evidence_path: str = ""  # where the evidence file goes in the repository
+
+
+def _label(m) -> str:
+    return m.label + ("" if m.label.startswith("CUDA") else " (interpreter timings, not GPU speed)")
+
+
+def perf_table(m, op: str) -> list[str]:
+    """Markdown rows: per shape before/after, speedup with CI, GB/s and % of peak, then the weighted speedup."""
+    inc, cand = m.files[0], m.files[-1]
+    rows = [f"Timings: **{_label(m)}**", "",
+            "| shape | dtype | calls | before ms | after ms | speedup [CI] | after GB/s | after % peak |",
+            "|---|---|---:|---:|---:|---|---:|---:|"]
+    for a, b in zip(inc.shapes, cand.shapes):
+        shape = " ".join(f"{k}={v}" for k, v in a.shape.items())
+        pct = "—" if b.fraction_of_peak is None else f"{100 * b.fraction_of_peak:.2f}"
+        rows.append(f"| {shape} | {a.dtype} | {a.calls} | {a.median_ms.est:.4g} | {b.median_ms.est:.4g} | "
+                    f"{b.speedup.est:.3f} [{b.speedup.lo:.3f}, {b.speedup.hi:.3f}] | {b.gbps:.3g} | {pct} |")
+    s = cand.speedup
+    rows += ["", f"Weighted (by calls) geometric-mean speedup of `{op}`: **{s.est:.3f}x** [{s.lo:.3f}, {s.hi:.3f}] "
+                 f"at {100 * m.policy['confidence']:.0f} % confidence (policy: lower bound > "
+                 f"{m.policy['min_speedup']:g})."]
+    return rows
+
+
+def _e2e(gate: dict) -> dict | None:
+    return next((s for s in gate.get("stages", []) if s.get("name") == "e2e"), None)
+
+
+def kl_line(gate: dict) -> str:
+    e = _e2e(gate)
+    if e is None:
+        return "- (no end-to-end stage in this verdict)"
+    mt = e.get("metrics") or {}
+
+    def num(k):
+        v = mt.get(k)
+        return f"{v:.3g}" if isinstance(v, (int, float)) else "?"
+    return (f"- KL mean {num('kl_mean')} / p99 {num('kl_p99')} / max {num('kl_max')} nats over {mt.get('positions')} "
+            f"tokens; top-1 agreement {num('top1')}; longest token runs (baseline, candidate) "
+            f"{mt.get('repeat_runs')}")
+
+
+def title(w: Win) -> str:
+    s = w.measurement.files[-1].speedup
+    return line(f"autokernel: faster {w.op} ({s.est:.3f}x [{s.lo:.3f}, {s.hi:.3f}], {w.measurement.label})", 200)
+
+
+def body(w: Win, base: str) -> str:
+    """The commit message body and PR body (Markdown)."""
+    m, g, op = w.measurement, w.gate, w.op
+    stages = ", ".join(f"{s['name']} ({s.get('elapsed_s', 0):.1f} s)" for s in g.get("stages", []))
+    out = perf_table(m, op) + ["", "End to end (teacher-forced KL vs the unmodified engine, then a greedy run):",
+                               kl_line(g), "",
+                               f"Gate: passed {stages}; isolation {line(g.get('isolation') or 'unknown')}; "
+                               f"seed {g.get('seed')}; candidate sha256 {str(g.get('sha256', ''))[:16]}.",
+                               f"Benchmark isolation: {line(m.isolation or 'unknown')}.",
+                               "", "Device: " + json.dumps(m.fingerprint, sort_keys=True)]
+    if w.provenance:
+        out += ["", "Agent: " + line(", ".join(f"{k} {v}" for k, v in w.provenance.items()), 400)]
+    if w.rationale.strip():
+        out += ["", "The model's summary (its own words, unverified):", "",
+                fenced(w.rationale[:MAX_RATIONALE_CHARS])]
+    out += ["", "Reproduce on this branch (any machine with autokernel installed):", "", "```sh",
+            f"autokernel verify {op} kernels/{op}.py --seed {g.get('seed')}",
+            f"git show {base[:12]}:kernels/{op}.py > /tmp/base_{op}.py",
+            f"autokernel bench {op} kernels/{op}.py --incumbent /tmp/base_{op}.py", "```"]
+    if w.evidence_path:
+        out += ["", f"Evidence: `{w.evidence_path}`" + (f" (profile {line(w.trace_id)})" if w.trace_id else "")]
+    return "\n".join(out)
+
+
+def message(w: Win, base: str) -> str:
+    return f"{title(w)}\n\n{body(w, base)}\n"
+
+
+def _small(v, depth: int = 0):
+    """Numbers, short strings and small lists/dicts of them; anything bigger is dropped (evidence stays small)."""
+    if isinstance(v, bool) or v is None or isinstance(v, int):
+        return v
+    if isinstance(v, float):
+        return float(f"{v:.6g}")
+    if isinstance(v, str):
+        return line(v, 200)
+    if isinstance(v, (list, tuple)) and len(v) <= 16 and depth < 3:
+        return [_small(x, depth + 1) for x in v]
+    if isinstance(v, dict) and len(v) <= 24 and depth < 3:
+        return {line(k, 60): _small(x, depth + 1) for k, x in v.items()}
+    return None
+
+
+def evidence(w: Win, base: str) -> str:
+    """The committed evidence file: a trimmed, reviewable JSON summary (tens of lines)."""
+    m = w.measurement
+    inc, cand = m.files[0], m.files[-1]
+    shapes = [{"shape": a.shape, "dtype": a.dtype, "calls": a.calls, "before_ms": _small(a.median_ms.est),
+               "after_ms": _small(b.median_ms.est),
+               "speedup": [_small(b.speedup.est), _small(b.speedup.lo), _small(b.speedup.hi)],
+               "after_pct_of_peak": None if b.fraction_of_peak is None else _small(100 * b.fraction_of_peak)}
+              for a, b in zip(inc.shapes, cand.shapes)]
+    data = {"op": w.op, "base": base, "timings": _label(m), "confidence": m.policy.get("confidence"),
+            "min_speedup": m.policy.get("min_speedup"),
+            "speedup": [_small(cand.speedup.est), _small(cand.speedup.lo), _small(cand.speedup.hi)],
+            "shapes": shapes, "bench_isolation": line(m.isolation or ""),
+            "gate": {"seed": w.gate.get("seed"), "sha256": w.gate.get("sha256"),
+                     "isolation": line(w.gate.get("isolation") or ""),
+                     "stages": [{"name": s["name"], "passed": s.get("passed"), "reason": s.get("reason"),
+                                 "detail": line(s.get("detail", ""), 200), "elapsed_s": s.get("elapsed_s"),
+                                 "metrics": {k: x for k, x in ((k, _small(v)) for k, v in
+                                                                (s.get("metrics") or {}).items()) if x is not None}}
+                                for s in w.gate.get("stages", [])]},
+            "device": _small(m.fingerprint), "provenance": _small(w.provenance),
+            "trace": line(w.trace_id) if w.trace_id else None}
+    return json.dumps(data, indent=1, sort_keys=False) + "\n"

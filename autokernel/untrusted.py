@@ -1,0 +1,48 @@
+"""Text that came from a candidate or a model, made safe for where it is shown: the terminal, rich markup, Markdown.
+
+A rejection detail, a model's rationale, a file name the model chose: any of them may carry rich markup (`[/]`
+crashes rich's parser, `[bold green]ACCEPTED` fakes a verdict), ANSI/OSC escapes (clear the screen, retitle the
+terminal, hide text), a carriage return that overwrites the line, or bidirectional overrides that reorder what a
+reviewer reads. One rule for every sink: keep printable characters, newlines and tabs; drop everything else.
+"""
+from __future__ import annotations
+
+import re
+import unicodedata
+
+# ESC-introduced sequences: CSI (ESC [ ... final), OSC (ESC ] ... BEL or ST), DCS/SOS/PM/APC (ESC P|X|^|_ ... ST),
+# and two-character escapes. Removed whole, so their parameters do not leak into the text as visible garbage.
+_ESCAPES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]"
+                      r"|\x1b[\]PX^_].*?(?:\x07|\x1b\\|$)"
+                      r"|\x9b[0-?]*[ -/]*[@-~]|\x9d.*?(?:\x07|\x9c|$)"
+                      r"|\x1b[ -/]*[0-~]?", re.S)
+_KEEP = {"\n", "\t"}
+
+
+def plain(text: object, limit: int | None = None) -> str:
+    """`text` as printable characters, newlines and tabs only; cut to `limit` characters (with an ellipsis)."""
+    s = _ESCAPES.sub("", str(text))
+    s = "".join(c for c in s if c in _KEEP or unicodedata.category(c) not in ("Cc", "Cf", "Cs", "Co", "Cn"))
+    if limit is not None and len(s) > limit:
+        s = s[: max(0, limit - 1)] + "…"
+    return s
+
+
+def line(text: object, limit: int | None = None) -> str:
+    """plain(), on one line: newlines and tabs become spaces (table cells, one-line summaries, commit subjects)."""
+    return " ".join(plain(text).split()) if limit is None else plain(" ".join(plain(text).split()), limit)
+
+
+def markup(text: object, limit: int | None = None) -> str:
+    """plain(), then escaped for rich markup: safe inside console.print(f"[red]{markup(detail)}[/]")."""
+    from rich.markup import escape
+    return escape(plain(text, limit))
+
+
+def fenced(text: object, info: str = "text") -> str:
+    """A Markdown code block that `text` cannot close: the fence is longer than any backtick run inside it, so
+    model-written Markdown (links, images, @mentions, HTML) is shown as text in a PR, never rendered."""
+    s = plain(text)
+    longest = max((len(m) for m in re.findall(r"`+", s)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return f"{fence}{info}\n{s}\n{fence}"
