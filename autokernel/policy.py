@@ -58,7 +58,10 @@ class Bench(_Section):
     rse_target: float = Field(0.005, gt=0)
     """Stop repeating once the relative standard error of the median is under this (CUDA)."""
     max_time_s: float = Field(30.0, gt=0)
-    """Time cap per op benchmark."""
+    """Time cap per op benchmark: no new round starts past it once `rounds` are done."""
+    rounds: int = Field(6, ge=6)
+    """Fewest A/B rounds; each times every file in a fresh sandboxed process, and speedup intervals are over
+    rounds (6 is the least for which a 95% order-statistic interval of a median exists)."""
     implausible_factor: float = Field(10.0, gt=1)
     """A speedup above this is flagged bench.implausible and never accepted."""
 
@@ -91,7 +94,9 @@ class Agent(_Section):
 
 class Sandbox(_Section):
     isolation: Literal["auto", "required", "none"] = "auto"
-    """'required' refuses to run candidates without bubblewrap; 'auto' warns loudly and falls back."""
+    """'required' refuses to run candidates without bubblewrap AND cgroup limits AND seccomp; 'auto' uses what is
+    there and warns loudly about what is not, but refuses (exit 2) model-written candidates (an LLM agent, nightly)
+    without all three; 'none' runs them as plain subprocesses: the explicit opt-out, at your own risk."""
     timeout_s: float = Field(300.0, gt=0)
     """Wall-clock limit per sandboxed job; the whole process group is killed past it."""
     memory_mb: int = Field(8192, ge=256)
@@ -100,6 +105,14 @@ class Sandbox(_Section):
     """CPU-time limit per sandboxed job."""
     file_size_mb: int = Field(512, ge=1)
     """Largest file a sandboxed job may write."""
+    disk_mb: int = Field(1024, ge=16)
+    """Everything a sandboxed job may write, together: its private /tmp is a tmpfs of this size (in memory, counted
+    against memory_mb where a memory cgroup exists) and vanishes with the job. Without bubblewrap only file_size_mb
+    applies."""
+    fork: Literal["auto", "deny", "allow"] = "auto"
+    """Process creation by sandboxed code (seccomp): 'auto' denies it on CPU and allows it where NVIDIA devices are
+    present (Triton runs ptxas as a subprocess to compile; the pid namespace, the pids cgroup and the signal rules
+    still hold); 'deny' also on CUDA (where Triton's compiles then fail); 'allow' everywhere."""
     max_processes: int = Field(256, ge=8)
     """Process/thread limit per sandboxed job (fork bombs)."""
     slots: Optional[int] = None
@@ -117,9 +130,22 @@ class Git(_Section):
     """Open a pull request through the GitHub REST API (token from GITHUB_TOKEN)."""
 
 
+class Gate(_Section):
+    require_bitwise_determinism: bool = True
+    """Reject (numeric.nondeterministic) a kernel whose output bits differ between two calls on equal inputs, with
+    the programs of its grid run in another order (autokernel/gate/schedule.py). On by default: a result that depends
+    on the order programs run is a race on a GPU (the seed's "sssss" output was one). Off accepts float atomics and
+    other run-to-run variation, each call then judged against the float64 reference's tolerance instead."""
+    e2e_timeout_factor: float = Field(3.0, ge=1)
+    """The end-to-end job may run this many times its predicted time (the op's calls in the e2e workload times the
+    candidate's per-call time measured by the numeric stage) before sandbox.timeout; never less than
+    sandbox.timeout_s. A slow candidate under the CPU interpreter is not a wrong one."""
+
+
 class Policy(_Section):
     target: Target = Target()
     ops: Ops = Ops()
+    gate: Gate = Gate()
     e2e: E2E = E2E()
     bench: Bench = Bench()
     agent: Agent = Agent()

@@ -1,12 +1,12 @@
 """Op slots: which implementation serves each op — the torch reference, our Triton kernel, or one override.
 
 The override is the hook the gate and the profiler use to swap in one candidate. Loading a candidate file executes
-it, so overrides are only ever loaded inside the sandbox (DESIGN.md trust rule 2).
+it, so overrides are only ever loaded inside the sandbox (DESIGN.md trust rule 2). Every kernel, ours or a
+candidate, is loaded by autokernel.kernel_loader, the same function the gate's numeric harness uses: a candidate is
+`kernels.<op>` from a file `<op>.py` in the engine exactly as in the gate.
 """
 from __future__ import annotations
 
-import importlib
-import importlib.util
 from pathlib import Path
 from typing import Any, Callable
 
@@ -14,6 +14,7 @@ import torch
 
 from autokernel import ops as opspecs
 from autokernel.errors import UserError
+from autokernel.kernel_loader import KernelLoadError, launcher_of, load_kernel
 
 BACKENDS = ("reference", "triton")
 # observer(op, site, fn, args) -> result: wraps every call (profiler, tracer); None means call straight through
@@ -21,17 +22,11 @@ Observer = Callable[[str, str, Callable, tuple], Any]
 
 
 def load_file(op: str, path: str | Path) -> Callable:
-    """The launcher `op` from a kernel file at `path` (a candidate replacing kernels/<op>.py)."""
-    path = Path(path)
-    spec = importlib.util.spec_from_file_location(f"autokernel_candidate_{op}", path)
-    if spec is None or spec.loader is None:
-        raise UserError(f"{path}: cannot be loaded as a Python module")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    fn = getattr(module, op, None)
-    if not callable(fn):
-        raise UserError(f"{path}: defines no launcher function {op!r}")
-    return fn
+    """The launcher `op` from a kernel file at `path` (a candidate replacing kernels/<op>.py, named <op>.py)."""
+    try:
+        return launcher_of(load_kernel(op, path), op)
+    except KernelLoadError as e:
+        raise UserError(f"{path}: {e}") from None
 
 
 class DequantOnce:
@@ -58,7 +53,7 @@ def load_launcher(op: str, backend: str) -> Callable:
     if backend == "reference":
         return DequantOnce() if op == "matmul_q4_1" else opspecs.get(op).reference
     if backend == "triton":
-        return getattr(importlib.import_module(f"kernels.{op}"), op)
+        return launcher_of(load_kernel(op), op)
     raise UserError(f"unknown kernels backend {backend!r}: use one of {', '.join(BACKENDS)}")
 
 
@@ -67,11 +62,14 @@ class OpTable:
         if backend not in BACKENDS:
             raise UserError(f"unknown kernels backend {backend!r}: use one of {', '.join(BACKENDS)}")
         self.backend = backend
-        self.launchers: dict[str, Callable] = {op: load_launcher(op, backend) for op in opspecs.OPS}
-        for op, impl in (overrides or {}).items():
-            if op not in self.launchers:
-                raise UserError(f"override for unknown op {op!r}; known ops: {', '.join(opspecs.OPS)}")
-            self.launchers[op] = impl if callable(impl) else load_file(op, impl)
+        overrides = dict(overrides or {})
+        unknown = sorted(set(overrides) - set(opspecs.OPS))
+        if unknown:
+            raise UserError(f"override for unknown op {unknown[0]!r}; known ops: {', '.join(opspecs.OPS)}")
+        # an overridden op's own kernel is never loaded: its candidate is the one module kernels.<op>
+        self.launchers: dict[str, Callable] = {
+            op: load_launcher(op, backend) if op not in overrides
+            else overrides[op] if callable(overrides[op]) else load_file(op, overrides[op]) for op in opspecs.OPS}
         self.observer: Observer | None = None
 
     def __call__(self, op: str, site: str, *args):

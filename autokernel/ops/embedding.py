@@ -42,4 +42,7 @@ SPEC = OpSpec(
                 {"B": 2, "T": 5, "V": 1823, "D": 42}),
     doc="Token embedding lookup: out[..., :] = weight[ids[...], :]. ids is int32 or int64 of any shape, weight "
         "(V, D); the output is ids.shape + (D,) in weight's dtype. A pure copy: no arithmetic, exact.",
+    # the numeric stage sweeps batch and tokens (autokernel/gate/schedule.py) over a smaller table: the work per
+    # token is the same, and a 113 MB table per swept case would make the sweep cost minutes of pickling
+    extra={"sweep": ("B", "T"), "sweep_base": {"V": 4099}},
 )

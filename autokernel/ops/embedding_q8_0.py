@@ -46,4 +46,5 @@ SPEC = OpSpec(
     doc="Token embedding lookup from a Q8_0 table (planar): qs int8 (V, D), scales fp16 (V, D // 32); "
         "out[..., j] = scales[ids, j // 32] * qs[ids, j], dequantized in float32 and returned in out_dtype with "
         "shape ids.shape + (D,). dtypes are the out_dtype; D must be a multiple of 32.",
+    extra={"sweep": ("B", "T"), "sweep_base": {"V": 4099}},  # as embedding's (autokernel/ops/embedding.py)
 )

@@ -1,9 +1,12 @@
 """rope: rotary position embedding of q (H=9) or k (H=3) heads, GGUF llama layout (adjacent pairs rotate)."""
+import math
+
 import torch
 
 from autokernel.ops.spec import OpSpec, Shape, elem_size, sample
 
 N_HEAD, N_HEAD_KV, HEAD_DIM, THETA = 9, 3, 64, 100000.0
+CONTEXT = 8192  # SmolLM2-135M's llama.context_length: every position the engine can reach
 
 
 def reference(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor:
@@ -20,8 +23,14 @@ def reference(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.T
 
 
 def make_positions(B: int, T: int, device, gen) -> torch.Tensor:
-    """(B, T) int32 positions of a left-padded batch: row b starts at a past length in [0, 1024) after pad_b pads."""
-    start = torch.randint(0, 1024, (B, 1), generator=gen)
+    """(B, T) int32 positions of a left-padded batch: row b starts at a past length after pad_b pads.
+
+    Past lengths are log-uniform over the whole context (near and far positions alike: a kernel with coarse angles
+    only far out is wrong there), and with more than one row the last row ends at the context's last position."""
+    hi = max(CONTEXT - T, 0)
+    start = (torch.exp(torch.rand((B, 1), generator=gen) * math.log(hi + 1)) - 1).long().clamp(0, hi)
+    if B > 1:
+        start[-1] = hi
     pad = torch.randint(0, T // 2 + 1, (B, 1), generator=gen)
     pos = (torch.arange(T)[None, :] - pad).clamp(min=0) + start
     return pos.to(dtype=torch.int32, device=device)
@@ -54,4 +63,5 @@ SPEC = OpSpec(
         "int32 (left-padded batches: rows differ), theta (100000.0). Adjacent pairs rotate: with angle = "
         "pos * theta ** (-2i / D), out[..., 2i] = x[2i] cos - x[2i+1] sin, out[..., 2i+1] = x[2i] sin + "
         "x[2i+1] cos. Angles in float32; returns a new contiguous tensor in x's dtype.",
+    extra={"sweep": ("B", "T")},  # the numeric stage sweeps batch and tokens (autokernel/gate/schedule.py)
 )

@@ -1,0 +1,194 @@
+"""What the numeric stage asks of a candidate, planned in the parent from its secret seed: shapes, then calls.
+
+State and sampling must not pay (docs/shortcuts.md, "memoising", "phase detection", "coverage shortcuts"):
+
+- Shapes. The traced (or model) shapes, the spec's odd shapes, one shape larger than any traced, and a sweep of the
+  leading (batch/token) dimension over 1, small primes and non-multiples of any block size up to past the traced
+  sizes, plus one secret prime between the largest traced size and twice it, so a threshold on M cannot be placed
+  where the gate never looks. Bounded by cost: no swept shape costs more than LARGER_COST_FACTOR times the most
+  expensive traced one (the interpreter's time on 2 cores is the budget).
+- Calls. Every case starts with a call on fresh inputs ("fresh"). "Full" cases add: the same values at new addresses
+  ("copy", which must give the same bits), the tensors refilled in place with new values ("refill" b), and at random
+  the tensors refilled in place with the first values changed at a few random elements ("refill" t: a memo keyed on
+  a hash of sampled elements returns a stale answer there) and a call again on unchanged tensors ("repeat"). The
+  calls of all cases of a sandbox job are interleaved in a random order, so neither the number of calls nor which
+  call is checked how can be predicted, and every output of every call is checked.
+- Program order. Each call tells the harness in which order the Triton interpreter runs the grid's programs:
+  ascending for "fresh", descending for "copy", a seeded shuffle for the others. A kernel whose result depends on
+  the order programs run (a prefix carried across programs, float atomics accumulated from 3+ programs) gives
+  different bits, which a GPU would give at random: numeric.nondeterministic.
+"""
+from __future__ import annotations
+
+import hashlib
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from autokernel.ops.spec import OpSpec
+
+SWEEP = (1, 2, 3, 5, 7, 13, 31, 61, 127, 257)  # 1, primes, non-multiples of every power-of-2 block size
+LARGER_COST_FACTOR = 2.5  # a swept shape costs at most this times the most expensive traced shape
+TWEAK_FRACTION = 1 / 64  # of each tensor's elements changed in place by a "t" refill (at least one)
+FULL, SINGLE = 3, 1  # the `calls` field of a planned case: a full case, or one fresh call (maybe with a copy)
+
+
+def derive(seed: int, *parts: object) -> int:
+    """A 63-bit value from the secret seed and a label: what the candidate may see of the seed, if anything."""
+    h = hashlib.sha256(":".join(map(str, (seed, *parts))).encode()).digest()
+    return int.from_bytes(h[:8], "little") & ((1 << 63) - 1)
+
+
+def cost(spec: OpSpec, shape: dict) -> int:
+    """Work of one call in arbitrary units: FLOPs, or bytes for ops that do no arithmetic (embedding)."""
+    return max(spec.flops(shape), spec.bytes_moved(shape, torch.float32))
+
+
+def _is_prime(n: int) -> bool:
+    return n > 1 and all(n % p for p in range(2, int(n ** 0.5) + 1))
+
+
+def larger_shape(spec: OpSpec, shapes: list[dict[str, int]]) -> dict[str, int] | None:
+    """A shape past every traced one: the spec's own (extra['larger_shapes']) or the most expensive traced shape with
+    its leading (batch/token) dimension doubled plus one (not a block multiple either)."""
+    if spec.extra.get("larger_shapes"):
+        return dict(spec.extra["larger_shapes"][0])
+    if not shapes:
+        return None
+    big = dict(max(shapes, key=lambda s: cost(spec, s)))
+    k = next(iter(big))
+    big[k] = 2 * big[k] + 1
+    return big
+
+
+def sweep_shapes(spec: OpSpec, traced: list[dict[str, int]], seed: int) -> list[dict[str, int]]:
+    """The leading dimension(s) (spec.extra['sweep'], default the first) swept on the most expensive traced shape."""
+    if not traced:
+        return []
+    base = {**max(traced, key=lambda s: cost(spec, s)), **spec.extra.get("sweep_base", {})}
+    limit = LARGER_COST_FACTOR * max(cost(spec, s) for s in traced)
+    out = []
+    for dim in spec.extra.get("sweep", (next(iter(base)),)):
+        top = max(s.get(dim, 1) for s in traced)
+        r = random.Random(derive(seed, "sweep", dim))
+        secret = [p for p in range(top + 1, 2 * top + 1) if _is_prime(p)]
+        values = sorted(set(SWEEP) | {s[dim] for s in traced if dim in s} | {2 * top + 1}
+                        | ({r.choice(secret)} if secret else set()))
+        for v in values:
+            s = {**base, dim: v}
+            if cost(spec, s) <= limit and s not in out:
+                out.append(s)
+    return out
+
+
+def plan(spec: OpSpec, shapes: list[dict] | None, dtypes: list[torch.dtype] | None, dists: list[str] | None,
+         all_dists: tuple[str, ...], seed: int = 0) -> list[tuple[dict, torch.dtype, str, int]]:
+    """(shape, dtype, dist, FULL | SINGLE) for every case, smoke cases (every shape, first dtype, first dist, full)
+    first: they run as their own sandbox job, so most wrong candidates are turned away after a fraction of the work.
+
+    Full cases: every shape x every dtype on the first distribution. Single-call cases: the traced and odd shapes on
+    every other distribution, and the swept shapes on "mixed" (every distribution interleaved elementwise) where it
+    is planned, else the first.
+    """
+    traced = [dict(s) for s in (shapes if shapes is not None else spec.model_shapes)]
+    big = larger_shape(spec, traced)
+    base_shapes: list[dict] = []
+    for s in traced + [dict(s) for s in spec.odd_shapes]:
+        if s not in base_shapes:
+            base_shapes.append(s)
+    full_shapes = base_shapes + ([big] if big and big not in base_shapes else [])
+    swept = [s for s in sweep_shapes(spec, traced, seed) if s not in full_shapes]
+    dtypes, dists = list(dtypes or spec.dtypes), list(dists or all_dists)
+    sweep_dist = "mixed" if "mixed" in dists else dists[0]
+    grid = [(s, dt, dists[0], FULL) for s in full_shapes for dt in dtypes]
+    grid += [(s, dt, d, SINGLE) for s in base_shapes for dt in dtypes for d in dists[1:]]
+    grid += [(s, dt, sweep_dist, SINGLE) for s in swept for dt in dtypes]
+    smoke = [c for c in grid if c[1] == dtypes[0] and c[3] == FULL]
+    return smoke + [c for c in grid if c not in smoke]
+
+
+# --- calls -----------------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Call:
+    id: str  # "k0012": the order of this call within its sandbox job
+    case: str  # the case whose tensors it uses
+    mode: str  # fresh | copy | refill | repeat (see the module docstring)
+    values: str  # which of the case's value sets the call's arguments hold: a | b | t
+    order: str  # program order under the interpreter: asc | desc | shuffle
+    order_seed: int = 0
+
+    def payload(self) -> dict[str, Any]:
+        return {"id": self.id, "case": self.case, "mode": self.mode, "values": self.values, "order": self.order,
+                "order_seed": self.order_seed}
+
+
+@dataclass
+class CaseCalls:
+    """A case's calls in the order they are made (before interleaving with other cases)."""
+    case: str
+    steps: list[tuple[str, str]] = field(default_factory=list)  # (mode, values)
+
+
+def case_steps(case_id: str, kind: int, r: random.Random) -> CaseCalls:
+    """fresh a, then for a full case: copy a, refill b, and at random a tweak t and a repeat, in an order that
+    respects what each needs (a copy is made from the pristine a; a repeat follows a refill)."""
+    steps = [("fresh", "a")]
+    if kind == FULL:
+        rest = [("copy", "a"), ("refill", "b")] + ([("refill", "t")] if r.random() < 0.5 else [])
+        r.shuffle(rest)
+        steps += rest
+        if r.random() < 0.5:
+            last = next(v for m, v in reversed(steps) if m != "copy")
+            steps.append(("repeat", last))
+    elif r.random() < 0.25:
+        steps.append(("copy", "a"))
+    return CaseCalls(case_id, steps)
+
+
+def interleave(per_case: list[CaseCalls], seed: int, job: int) -> list[Call]:
+    """All the cases' calls in one random order that keeps each case's own order; program orders assigned."""
+    r = random.Random(derive(seed, "interleave", job))
+    queues = [list(c.steps) for c in per_case]
+    ids = [c.case for c in per_case]
+    bag = [i for i, q in enumerate(queues) for _ in q]
+    r.shuffle(bag)
+    out = []
+    for n, i in enumerate(bag):
+        mode, values = queues[i].pop(0)
+        order = {"fresh": "asc", "copy": "desc"}.get(mode, "shuffle")
+        out.append(Call(f"k{n:04d}", ids[i], mode, values, order, r.getrandbits(62) if order == "shuffle" else 0))
+    return out
+
+
+# --- values ----------------------------------------------------------------------------------------------------------
+
+def tweak(a: dict[str, Any], b: dict[str, Any], seed: int) -> dict[str, Any]:
+    """a's values with a random few elements of each tensor taken from b (same layout as a: views stay views).
+    Elementwise mixing of two valid inputs of the same shape stays valid (ids in range, positions, codes)."""
+    g = torch.Generator().manual_seed(seed)
+    storages: dict[int, torch.UntypedStorage] = {}
+    out: dict[str, Any] = {}
+    for k, v in a.items():
+        if not isinstance(v, torch.Tensor):
+            out[k] = v
+            continue
+        s = v.untyped_storage()
+        if s.data_ptr() not in storages:
+            storages[s.data_ptr()] = s.clone()
+        t = torch.empty(0, dtype=v.dtype, device=v.device).set_(storages[s.data_ptr()], v.storage_offset(),
+                                                                 v.size(), v.stride())
+        if v.numel():
+            n = max(1, int(v.numel() * TWEAK_FRACTION))
+            idx = torch.randperm(v.numel(), generator=g)[:n].to(v.device)
+            flat_b = b[k].reshape(-1)
+            if v.is_contiguous():
+                t.view(-1)[idx] = flat_b[idx]
+            else:
+                mask = torch.zeros(v.numel(), dtype=torch.bool, device=v.device)
+                mask[idx] = True
+                t.copy_(torch.where(mask.reshape(v.shape), b[k], t))
+        out[k] = t
+    return out
