@@ -134,7 +134,8 @@ def commit_files(repo_path: str | Path, branch: str, files: dict[str, str | byte
             git(root, "update-ref", "-m", "autokernel: deliver", f"refs/heads/{name}", sha, ZERO)
             return Delivered(name, sha, base, tuple(rels))
         except DeliveryError:
-            continue
+            if free_branch(root, name) == name:  # not a lost race: git refused for another reason
+                raise
     raise DeliveryError(f"{root}: could not create a branch named like {branch!r}")
 
 
