@@ -1,19 +1,24 @@
 """The agent loop (STYLE.md #7): run() loops over step(); a small exception tree ends it; the message list is the
 transcript, written to sandbox/<run>/transcript.json after every step with its token counts and cost.
 
-The model is anything with `query(messages, tools) -> assistant message` (providers.Model): an LLM through its SDK,
-the offline search, or a scripted model in tests. Every candidate goes through the same Evaluator (gate, then bench).
+The model is anything with `query(messages, tools, time_left_s) -> assistant message` (providers.Model): an LLM
+through its SDK, the offline search, or a scripted model in tests. Every candidate goes through the same Evaluator
+(gate, then bench). agent.max_wall_s is one deadline for the session: the time left goes to every model call and
+every evaluation (`time_left_s`, where the callee takes it), and one that runs out ends the session as spent budget.
+A model that cannot be used (ModelError: the server kept failing, replies never parsed) ends it with Result.error
+set: an environment failure, never "no improvement".
 """
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from autokernel.agent.evaluate import Evaluator, Feedback
-from autokernel.agent.prompt import Prompt, tools_file
+from autokernel.agent.prompt import Prompt, feedback_text, tools_file
 from autokernel.agent.providers import Model, ModelError
 from autokernel.policy import Agent as AgentPolicy
 
@@ -44,25 +49,38 @@ class Candidate:
 @dataclass
 class Result:
     op: str
-    status: str  # finished | target_reached | limit | model_error
+    status: str  # finished | target_reached | limit | model_error | error
     detail: str
     best: Candidate | None  # the accepted candidate with the highest weighted speedup, or none
     transcript: Path
     usage: dict  # input_tokens, output_tokens, usd over the session
     submitted: int
+    error: str | None = None  # one line when the model could not be used (status model_error): not a clean negative
+
+
+def _with_time_left(fn):
+    """fn(*args, time_left_s=...) where fn takes it; models and evaluators written before the deadline still work."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        params = ()
+    if any(p.name == "time_left_s" or p.kind is p.VAR_KEYWORD for p in params):
+        return fn
+    return lambda *args, time_left_s=None: fn(*args)
 
 
 class Session:
     def __init__(self, op: str, model: Model, evaluator: Evaluator, prompt: Prompt, policy: AgentPolicy,
                  run_dir: str | Path, clock=time.monotonic):
         self.op, self.model, self.evaluator, self.prompt, self.policy = op, model, evaluator, prompt, policy
+        self.query, self.evaluate = _with_time_left(model.query), _with_time_left(evaluator.evaluate)
         self.transcript = Path(run_dir) / "transcript.json"
         self.tools, self.replies = tools_file()["tools"], tools_file()["replies"]
         self.messages: list[dict] = []
         self.candidates: list[Candidate] = []
         self.usage = {"input_tokens": 0, "output_tokens": 0, "usd": 0.0}
         self.finished: str | None = None
-        self.status, self.detail, self.clock = "running", "", clock
+        self.status, self.detail, self.error, self.clock = "running", "", None, clock
         self.t0 = clock()
 
     def run(self) -> Result:
@@ -72,28 +90,40 @@ class Session:
         try:
             while True:
                 self.step()
-        except (Stop, ModelError) as e:
-            self.status, self.detail = getattr(e, "status", "model_error"), str(e)
+        except Stop as e:
+            self.status, self.detail = e.status, str(e)
+        except ModelError as e:
+            self.status, self.detail, self.error = "model_error", str(e), str(e)
         finally:
             if self.status == "running":  # an exception we do not handle (UserError) is on its way out
                 self.status = "error"
             self.save()
         return Result(self.op, self.status, self.detail, self.best, self.transcript, dict(self.usage),
-                      len(self.candidates))
+                      len(self.candidates), self.error)
 
     def step(self) -> None:
         self.check_limits()
-        reply = self.model.query(self.messages, self.tools)
+        try:
+            reply = self.query(self.messages, self.tools, time_left_s=self.time_left_s())
+        except TimeoutError as e:
+            raise self.out_of_time(f"during a model call: {e}") from None
         self.messages.append(reply)
         for k in self.usage:
             self.usage[k] += (reply.get("usage") or {}).get(k, 0)
-        for call in reply.get("tool_calls") or []:
-            self.messages.append({"role": "tool", "tool_call_id": call["id"], "name": call["name"],
-                                  "content": self.execute(call)})
+        for call in reply.get("tool_calls") or []:  # a cut-off reply's calls are incomplete: none is run
+            self.messages.append({"role": "tool", "tool_call_id": call["id"], "name": call["name"], "content":
+                                  self.replies["truncated"] if reply.get("truncated") else self.execute(call)})
         if not reply.get("tool_calls"):
             self.messages.append({"role": "user",
                                   "content": self.replies["truncated" if reply.get("truncated") else "no_tool_call"]})
         self.save()
+
+    def time_left_s(self) -> float:
+        return self.policy.max_wall_s - (self.clock() - self.t0)
+
+    def out_of_time(self, when: str) -> LimitReached:
+        return LimitReached(f"wall_s budget spent: {self.clock() - self.t0:.6g} of {self.policy.max_wall_s:g} "
+                            f"({when})")
 
     def check_limits(self) -> None:
         p, best, n = self.policy, self.best, len(self.candidates)
@@ -124,11 +154,22 @@ class Session:
         source = args.get("source")
         if not isinstance(source, str) or not source.strip():
             return self.replies["no_source"]
+        earlier = next((c for c in self.candidates if c.source == source), None)
+        if earlier is not None:  # answered from memory and not counted, as the system prompt promises
+            return self.feedback(replace(earlier.feedback, duplicate=True))
         if len(self.candidates) >= self.policy.max_iterations:
             return self.replies["out_of_submissions"].format(max_iterations=self.policy.max_iterations)
-        feedback = self.evaluator.evaluate(self.op, source)
+        if self.time_left_s() <= 0:
+            return self.replies["out_of_time"]
+        try:
+            feedback = self.evaluate(self.op, source, time_left_s=self.time_left_s())
+        except TimeoutError as e:
+            raise self.out_of_time(f"during an evaluation: {e}") from None
         self.candidates.append(Candidate(source, feedback))
-        return feedback.to_text()
+        return self.feedback(feedback)
+
+    def feedback(self, fb: Feedback) -> str:
+        return feedback_text(fb, self.policy.max_iterations - len(self.candidates), max(0.0, self.time_left_s()))
 
     @property
     def best(self) -> Candidate | None:
@@ -140,7 +181,7 @@ class Session:
         best = self.best
         data = {
             "op": self.op, "model": self.model.name, "status": self.status, "detail": self.detail,
-            "elapsed_s": round(self.clock() - self.t0, 3), "budget": self.policy.model_dump(),
+            "error": self.error, "elapsed_s": round(self.clock() - self.t0, 3), "budget": self.policy.model_dump(),
             "usage": {**self.usage, "usd": round(self.usage["usd"], 6),
                       "price_per_mtok": getattr(self.model, "prices", None)},
             "submitted": len(self.candidates),

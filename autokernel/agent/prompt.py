@@ -1,11 +1,13 @@
-"""What the agent is told: the templates in prompts/ filled with the op's trusted spec, its shapes and the roofline.
+"""What the agent is told: the templates in prompts/ filled with the op's trusted spec, its shapes, the roofline and
+the gate's allowlist, and, after each submission, the verdict with everything the gate measured.
 
-Everything here comes from the trusted side (the op spec, the trace, the device) or from the current kernel file;
-nothing from a candidate. Numbers are formatted here, words live in the templates (STYLE.md #8).
+Everything here comes from the trusted side (the op spec, the trace, the device, the gate) or from the current kernel
+file; nothing from a candidate. Numbers are formatted here, words live in the templates (STYLE.md #8).
 """
 from __future__ import annotations
 
 import inspect
+import json
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -128,6 +130,37 @@ def _reasons() -> list[tuple[str, str]]:
     return sorted({**REASONS, **extra}.items(), key=lambda kv: (rank.get(kv[0].split(".")[0], len(order)), kv[0]))
 
 
+def allowlist() -> str:
+    """The gate's grammar of a kernel file (autokernel.gate.allowlist.describe), so the model learns the rules from
+    the prompt rather than by losing submissions to static rejections."""
+    try:
+        from autokernel.gate.allowlist import describe
+    except ImportError:  # a gate without the allowlist module: the reason codes below still name every rule
+        return "(the gate's allowlist is not available in this build: see the reason codes below)"
+    return describe()
+
+
+def feedback_text(fb, submissions_left: int, wall_s_left: float) -> str:
+    """What the model reads after a submission: the verdict as JSON, the one-line summary first, with every static
+    finding (not only the first), the numeric slack (worst error / tolerance: 1.0 is the limit) and the end-to-end
+    KL where the gate got that far, and the budget left. The gate's seed is never shown: a later candidate must
+    not be able to key on it."""
+    d = fb.to_dict()
+    stages = {s.get("name"): s.get("metrics") or {} for s in d.pop("stages", None) or []}
+    for private in ("seed", "isolation"):
+        d.pop(private, None)
+    if stages.get("static", {}).get("findings"):
+        d["static_findings"] = stages["static"]["findings"]
+    if stages.get("numeric", {}).get("worst_error_ratio"):
+        d["numeric_worst_error_over_tolerance"] = stages["numeric"]["worst_error_ratio"]
+    e2e = {k: stages.get("e2e", {})[k] for k in ("kl_mean", "kl_p99", "kl_max", "top1", "noise_floor")
+           if k in stages.get("e2e", {})}
+    if e2e:
+        d["e2e_kl_nats"] = e2e
+    d["budget_left"] = {"submissions": submissions_left, "wall_s": round(wall_s_left, 1)}
+    return json.dumps(d, indent=1, default=str)
+
+
 def build(op: str, policy: AgentPolicy, trace: dict | None = None, kernel_file: Path | None = None) -> Prompt:
     """kernel_file: the target checkout's kernels/<op>.py (autokernel.paths); default: the installed project's."""
     spec = opspecs.get(op)
@@ -152,7 +185,7 @@ def build(op: str, policy: AgentPolicy, trace: dict | None = None, kernel_file: 
         "max_iterations": policy.max_iterations, "max_tokens": policy.max_tokens, "max_usd": policy.max_usd,
         "max_wall_s": policy.max_wall_s, "target_pct": round(100 * policy.target_fraction_of_peak, 1),
         "incumbent_pct": pct, "default_dtype": str(device.default_dtype()).removeprefix("torch."),
-        "corpus": shapes,
+        "corpus": shapes, "allowlist": allowlist(),
     }
     return Prompt(system=render("system.md", **ctx), task=render("task.md", **ctx), kernel=ctx["kernel_source"],
                   spec=render("spec.md", **ctx), context=ctx)

@@ -1,14 +1,19 @@
 """The offline agent: coordinate descent over a kernel's launch meta-parameters, speaking the Model protocol.
 
 It needs no key and no network, and runs through the same loop, tools and evaluator as an LLM: it calls
-read_kernel, finds the tunable knobs in the source's AST (UPPER_CASE *BLOCK* keyword literals in `kernel[grid](...)`
-launches, and num_warps / num_stages, added where a launch leaves them to Triton's default), then submits complete
-files. From the incumbent it steps one knob at a time to its power-of-two neighbour, keeps going in a direction
-while the measured speedup improves, and sweeps the knobs (in a seeded order) until a sweep finds nothing better:
-tens of evaluations where the full grid is tens of thousands (matmul's 5 knobs: 33,275 configs; the synthetic bowl
-in tests/agent/test_search.py is solved in 20). Blocks computed by the launcher
-(e.g. `BLOCK_N=triton.next_power_of_2(N)`) are not literals and are left alone. Illegal proposals beyond the
-bounds below are never made; anything else the gate rejects counts as a failed step.
+read_kernel, finds the tunable knobs in the source's AST (UPPER_CASE *BLOCK* keywords of `kernel[grid](...)`
+launches whose value is an int literal, or a name the launcher or the module binds once to one; and, on CUDA only,
+num_warps / num_stages, added where a launch leaves them to Triton's default: the Triton interpreter ignores both,
+so on CPU they are never proposed), then submits complete files that differ from the incumbent only in those
+literals (so every proposal stays inside the gate's static grammar). From the incumbent it steps one knob at a time
+to its power-of-two neighbour, keeps going in a direction while the step pays, and sweeps the knobs (in a seeded
+order) until a sweep finds nothing better: tens of evaluations where the full grid is tens of thousands (matmul's 5
+knobs: 33,275 configs; the synthetic bowl in tests/agent/test_agent_search.py is solved in 20). A step pays only
+when the candidate's speedup interval clears the policy's bar over the best so far (its lower bound > best x
+bench.min_speedup): a noisy 1.005 is not a direction. It stops proposing when the wall-clock time left cannot fit
+another evaluation as long as the longest one so far. Blocks computed by the launcher (e.g.
+`BLOCK_N=triton.next_power_of_2(N)`) are not literals and are left alone. Illegal proposals beyond the bounds below
+are never made; anything else the gate rejects counts as a failed step.
 """
 from __future__ import annotations
 
@@ -16,8 +21,11 @@ import ast
 import json
 import math
 import random
+import time
 from dataclasses import dataclass, replace
 from typing import Generator
+
+from autokernel.policy import Bench
 
 POW2_BLOCKS = tuple(2 ** i for i in range(4, 15))  # 16 .. 16384: tl.dot needs every dim >= 16
 NUM_WARPS = (1, 2, 4, 8, 16)
@@ -74,11 +82,38 @@ def _is_block(kwarg: str) -> bool:
     return kwarg.isupper() and "BLOCK" in kwarg
 
 
-def find_knobs(source: str) -> list[Knob]:
-    """The launch meta-parameters a search may change, in source order."""
+def _int_literal(node: ast.AST | None) -> bool:
+    return isinstance(node, ast.Constant) and type(node.value) is int
+
+
+def _bound_literal(name: str, scopes: list[ast.AST]) -> ast.Constant | None:
+    """The int literal `name` is bound to, innermost scope first: one `name = <int>` and no other binding there
+    (a parameter, a loop target, a second assignment all make it something the launcher computes)."""
+    for scope in scopes:
+        if isinstance(scope, ast.Module):
+            nodes = [n for top in scope.body if not isinstance(top, (ast.FunctionDef, ast.ClassDef))
+                     for n in ast.walk(top)]
+        else:
+            nodes = list(ast.walk(scope))
+        stores = [n for n in nodes if isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Store)]
+        if any(isinstance(n, ast.arg) and n.arg == name for n in nodes) or len(stores) > 1:
+            return None
+        if stores:
+            assign = next((n for n in nodes if isinstance(n, ast.Assign) and n.targets == [stores[0]]), None)
+            return assign.value if assign is not None and _int_literal(assign.value) else None
+    return None
+
+
+def find_knobs(source: str, launch_options: bool = True) -> list[Knob]:
+    """The launch meta-parameters a search may change, in source order. launch_options: num_warps / num_stages too
+    (False under the Triton interpreter, which ignores them)."""
     tree = ast.parse(source)
     jit, autotuned = _kernels(tree)
     lines, starts = source.splitlines(keepends=True), _offsets(source)
+    enclosing: dict[ast.AST, ast.FunctionDef] = {}
+    for fn in ast.walk(tree):  # breadth-first: an inner function's nodes are claimed last, by the inner one
+        if isinstance(fn, ast.FunctionDef):
+            enclosing.update({n: fn for n in ast.walk(fn)})
     launches = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Subscript)
                 and isinstance(n.func.value, (ast.Name, ast.Attribute))
                 and (not jit or ast.unparse(n.func.value).split(".")[-1] in jit)]
@@ -88,15 +123,19 @@ def find_knobs(source: str) -> list[Knob]:
         present = {kw.arg for kw in call.keywords}
         for kw in call.keywords:
             v = kw.value
-            if not (isinstance(v, ast.Constant) and type(v.value) is int and kw.arg
-                    and (_is_block(kw.arg) or kw.arg in TRITON_DEFAULTS)):
+            if not kw.arg or not (_is_block(kw.arg) or (launch_options and kw.arg in TRITON_DEFAULTS)):
+                continue
+            if isinstance(v, ast.Name):  # BLOCK_N=BLOCK_N, bound once to a literal by the launcher or the module
+                v = _bound_literal(v.id, [s for s in (enclosing.get(call), tree) if s is not None])
+            if not _int_literal(v):
                 continue
             base = POW2_BLOCKS if _is_block(kw.arg) else NUM_WARPS if kw.arg == "num_warps" else NUM_STAGES
             a = _char(lines, starts, v.lineno, v.col_offset)
             b = _char(lines, starts, v.end_lineno, v.end_col_offset)
-            found.append(Knob(kw.arg, kw.arg, i, v.value, a, b, tuple(sorted(set(base) | {v.value}))))
+            if all(k.start != a for k in found):  # one literal shared by several launches is one knob
+                found.append(Knob(kw.arg, kw.arg, i, v.value, a, b, tuple(sorted(set(base) | {v.value}))))
         last = max(call.args + call.keywords, key=lambda n: (n.end_lineno, n.end_col_offset), default=None)
-        if last is not None and not autotuned:
+        if last is not None and not autotuned and launch_options:
             at = _char(lines, starts, last.end_lineno, last.end_col_offset)
             for kwarg in ("num_warps", "num_stages"):
                 if kwarg not in present:
@@ -131,9 +170,11 @@ def legal(knobs: list[Knob], config: dict[str, int]) -> bool:
     return all(t <= MAX_TILE_ELEMENTS for t in tiles.values())
 
 
-def coordinate_descent(knobs: list[Knob], seed: int = 0) -> Generator[dict[str, int], float | None, None]:
-    """Yields configs {knob: value}; is sent each one's score (speedup over the incumbent; None = rejected).
-    Starts at the incumbent (score 1 by definition), never yields a config twice."""
+def coordinate_descent(knobs: list[Knob], seed: int = 0, min_gain: float = 1.0) -> Generator[dict[str, int], object,
+                                                                                             None]:
+    """Yields configs {knob: value}; is sent each one's score over the incumbent: a speedup, (speedup, its
+    interval's lower bound), or None (rejected). A step is taken only when the lower bound beats the best score by
+    min_gain (the bench's bar); starts at the incumbent (score 1 by definition), never yields a config twice."""
     rng = random.Random(seed)
     best = {k.name: k.default for k in knobs}
     best_score, seen = 1.0, {tuple(sorted(best.items()))}
@@ -154,9 +195,10 @@ def coordinate_descent(knobs: list[Knob], seed: int = 0) -> Generator[dict[str, 
                         break
                     seen.add(key)
                     score = yield cand
-                    if score is None or not score > best_score:
+                    est, lo = (score, score) if not isinstance(score, tuple) else score
+                    if est is None or not lo > best_score * min_gain:
                         break
-                    best, best_score, improved = cand, score, True
+                    best, best_score, improved = cand, est, True
 
 
 def grid_size(knobs: list[Knob]) -> int:
@@ -164,34 +206,52 @@ def grid_size(knobs: list[Knob]) -> int:
 
 
 class SearchModel:
-    """The offline search as a Model: reads the kernel through the read_kernel tool, then proposes candidates."""
+    """The offline search as a Model: reads the kernel through the read_kernel tool, then proposes candidates.
 
-    def __init__(self, seed: int = 0):
+    interpreter: whether kernels run through the Triton interpreter (default: this machine's device), where
+    num_warps / num_stages do nothing and are not searched. min_speedup: the step bar (default bench.min_speedup's
+    default; `autokernel run` passes the policy's). clock: for the evaluation times that bound the wall budget."""
+
+    def __init__(self, seed: int = 0, *, interpreter: bool | None = None, min_speedup: float | None = None,
+                 clock=time.monotonic):
+        if interpreter is None:
+            from autokernel import device
+            interpreter = device.kind() == "cpu-interpreter"
         self.seed, self.name, self.prices = seed, f"search:seed={seed}", None
+        self.interpreter, self.clock = interpreter, clock
+        self.min_speedup = Bench().min_speedup if min_speedup is None else min_speedup
         self.source: str | None = None
         self.knobs: list[Knob] = []
         self.search: Generator | None = None
         self.pending: str | None = None  # the tool_call_id of the last proposal
+        self.proposed_at: float | None = None
+        self.eval_s: list[float] = []  # how long each proposal took to come back judged
         self.n = 0
 
-    def query(self, messages: list[dict], tools: list[dict]) -> dict:
+    def query(self, messages: list[dict], tools: list[dict], time_left_s: float | None = None) -> dict:
+        if self.proposed_at is not None:
+            self.eval_s.append(self.clock() - self.proposed_at)
         if self.source is None:
             self.source = _tool_result(messages, "read_kernel")
             if self.source is None:
                 return _reply("Reading the kernel to find its launch meta-parameters.",
                               {"id": "search_read", "name": "read_kernel", "arguments": {}})
-            self.knobs = find_knobs(self.source)
-            self.search = coordinate_descent(self.knobs, self.seed)
+            self.knobs = find_knobs(self.source, launch_options=not self.interpreter)
+            self.search = coordinate_descent(self.knobs, self.seed, self.min_speedup)
             if not self.knobs:
-                return _finish("no tunable launch meta-parameters (UPPER_CASE *BLOCK* literals, num_warps, "
-                               "num_stages) in this kernel's launches: nothing for the offline search to try")
+                return _finish("no tunable launch meta-parameters (UPPER_CASE *BLOCK* literals" +
+                               (")" if self.interpreter else ", num_warps, num_stages)") + " in this kernel's "
+                               "launches: nothing for the offline search to try")
+        if time_left_s is not None and self.eval_s and max(self.eval_s) > time_left_s:
+            return _finish(f"stopped after {self.n} candidates: another evaluation takes ~{max(self.eval_s):.0f} s "
+                           f"(the longest so far) and {time_left_s:.0f} s of the wall-clock budget are left")
         try:
             config = next(self.search) if self.pending is None else self.search.send(_score(messages, self.pending))
         except StopIteration:
             return _finish(f"coordinate descent converged after {self.n} candidates over {len(self.knobs)} knobs "
                            f"({', '.join(k.name for k in self.knobs)}; full grid {grid_size(self.knobs)})")
         self.n += 1
-        self.pending = f"search_{self.n}"
+        self.pending, self.proposed_at = f"search_{self.n}", self.clock()
         changed = ", ".join(f"{k.name} {k.default}->{config[k.name]}" for k in self.knobs
                             if config[k.name] != k.default)
         return _reply(f"Candidate {self.n}: {changed} (coordinate descent from the incumbent, seed {self.seed}).",
@@ -212,8 +272,9 @@ def _tool_result(messages: list[dict], name: str) -> str | None:
     return next((m["content"] for m in reversed(messages) if m["role"] == "tool" and m["name"] == name), None)
 
 
-def _score(messages: list[dict], call_id: str) -> float | None:
-    """The search's objective from the evaluator's JSON feedback: the speedup if the gate accepted, else None."""
+def _score(messages: list[dict], call_id: str) -> tuple[float, float] | None:
+    """The search's objective from the evaluator's JSON feedback: (speedup, its interval's lower bound) if the gate
+    accepted and the bench measured a plausible speedup, else None."""
     text = next((m["content"] for m in reversed(messages) if m["role"] == "tool" and m["tool_call_id"] == call_id),
                 None)
     try:
@@ -222,4 +283,7 @@ def _score(messages: list[dict], call_id: str) -> float | None:
         return None
     if not isinstance(fb, dict) or fb.get("verdict") != "accepted" or fb.get("implausible"):
         return None
-    return fb.get("speedup")
+    est, ci = fb.get("speedup"), fb.get("speedup_ci")
+    if not isinstance(est, (int, float)):
+        return None
+    return float(est), float(ci[0]) if isinstance(ci, list) and ci and isinstance(ci[0], (int, float)) else float(est)

@@ -9,6 +9,8 @@ from autokernel.agent.search import apply, find_knobs
 
 ROOT = Path(__file__).resolve().parents[2]
 INCUMBENT = (ROOT / "kernels" / "rmsnorm.py").read_text()
+# A correct rmsnorm planted slow: BLOCK_N=64 walks each 576-wide row in 9 chunks, twice (fixtures/ says why).
+PLANTED = (Path(__file__).parent / "fixtures" / "rmsnorm_small_block.py").read_text()
 
 # SHORTCUTS.md #1: call the library instead of launching a kernel.
 CHEAT = '''import torch
@@ -26,7 +28,8 @@ assert GOOD != INCUMBENT and "num_warps=8" in GOOD
 
 class StubEvaluator:
     """Rejects sources that import torch.nn.functional (static.forbidden_import, as the real gate does); accepts
-    anything else at speedup 1.25 [1.20, 1.30] and 42 % of peak. Counts evaluations; same sha256 answered once."""
+    anything else at speedup 1.25 [1.20, 1.30] and 42 % of peak. Counts evaluations; same sha256 answered once.
+    It takes no time_left_s: the loop must keep working with evaluators written before the deadline existed."""
 
     def __init__(self, speedup: float = 1.25, pct_of_peak: float = 42.0):
         self.speedup, self.pct = speedup, pct_of_peak
@@ -68,9 +71,11 @@ class ScriptedModel:
         self.replies, self.on_query = list(replies), on_query
         self.name, self.prices = "scripted", None
         self.seen: list[list[dict]] = []
+        self.time_left: list[float | None] = []  # the deadline the loop passed with each query
 
-    def query(self, messages: list[dict], tools: list[dict]) -> dict:
+    def query(self, messages: list[dict], tools: list[dict], time_left_s: float | None = None) -> dict:
         self.seen.append([dict(m) for m in messages])
+        self.time_left.append(time_left_s)
         if self.on_query:
             self.on_query(messages)
         return self.replies.pop(0)

@@ -2,13 +2,17 @@
 
 Stdlib http.server in a thread on 127.0.0.1. The test scripts the replies: each request pops the next entry of
 `script`, a `Reply` built by the helpers below (a streamed turn in the API's SSE wire format, an error status, or
-raw bytes). Requests are recorded (path, headers, JSON body) so tests can check what the SDKs actually sent.
+raw bytes), optionally broken the way real servers break (`dropped`, `stalled`: a connection closed mid-reply, a
+reply that stops for a while, with or without keep-alive comments). Requests are recorded (path, headers, JSON
+body, arrival time) so tests can check what the SDKs actually sent, and when.
 """
 from __future__ import annotations
 
 import json
+import socket
 import threading
-from dataclasses import dataclass, field
+import time
+from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
@@ -18,6 +22,21 @@ class Reply:
     body: bytes = b""
     content_type: str = "text/event-stream"
     headers: dict = field(default_factory=dict)
+    drop_after: int | None = None  # SSE events sent before the connection is closed mid-reply
+    stall_after: int | None = None  # SSE events sent before the reply stops for stall_s seconds
+    stall_s: float = 0.0
+    ping_s: float | None = None  # while stalled, an SSE comment every ping_s seconds (servers' keep-alive)
+
+
+def dropped(reply: Reply, after_events: int = 3) -> Reply:
+    """The reply, cut off after `after_events` SSE events by a closed connection (no end of the chunked body)."""
+    return replace(reply, drop_after=after_events)
+
+
+def stalled(reply: Reply, stall_s: float, after_events: int = 2, ping_s: float | None = None) -> Reply:
+    """The reply, stopping for `stall_s` seconds after `after_events` SSE events (keep-alive comments every
+    `ping_s` seconds if given), then finishing if the client is still there."""
+    return replace(reply, stall_after=after_events, stall_s=stall_s, ping_s=ping_s)
 
 
 @dataclass
@@ -43,7 +62,8 @@ def _chunks(s: str, n: int = 3) -> list[str]:
 
 
 def anthropic_turn(text: str = "", calls: list[Call] = (), input_tokens: int = 100, output_tokens: int = 50,
-                   model: str = "claude-test", cache_read: int = 0, cache_write: int = 0) -> Reply:
+                   model: str = "claude-test", cache_read: int = 0, cache_write: int = 0,
+                   stop_reason: str | None = None) -> Reply:
     """One assistant turn streamed as Anthropic Messages SSE events (message_start ... message_stop)."""
     ev: list[tuple[str, object]] = [("message_start", {"type": "message_start", "message": {
         "id": "msg_fake", "type": "message", "role": "assistant", "model": model, "content": [],
@@ -69,14 +89,15 @@ def anthropic_turn(text: str = "", calls: list[Call] = (), input_tokens: int = 1
         ev.append(("content_block_stop", {"type": "content_block_stop", "index": idx}))
         idx += 1
     ev.append(("message_delta", {"type": "message_delta",
-                                 "delta": {"stop_reason": "tool_use" if calls else "end_turn", "stop_sequence": None},
+                                 "delta": {"stop_reason": stop_reason or ("tool_use" if calls else "end_turn"),
+                                           "stop_sequence": None},
                                  "usage": {"output_tokens": output_tokens}}))
     ev.append(("message_stop", {"type": "message_stop"}))
     return Reply(body=_sse(ev))
 
 
 def openai_turn(text: str = "", calls: list[Call] = (), prompt_tokens: int = 100, completion_tokens: int = 50,
-                model: str = "gpt-test", usage: bool = True) -> Reply:
+                model: str = "gpt-test", usage: bool = True, finish: str | None = None) -> Reply:
     """One assistant turn streamed as Chat Completions chunks, tool-call arguments in deltas, usage last."""
     def chunk(delta=None, finish=None, usage_=None, choices=True):
         return {"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": 0, "model": model,
@@ -91,7 +112,7 @@ def openai_turn(text: str = "", calls: list[Call] = (), prompt_tokens: int = 100
         args = c.arguments if isinstance(c.arguments, str) else json.dumps(c.arguments)
         for piece in _chunks(args):
             ev.append((None, chunk({"tool_calls": [{"index": i, "function": {"arguments": piece}}]})))
-    ev.append((None, chunk({}, "tool_calls" if calls else "stop")))
+    ev.append((None, chunk({}, finish or ("tool_calls" if calls else "stop"))))
     if usage:
         ev.append((None, chunk(choices=False, usage_={"prompt_tokens": prompt_tokens,
                                                        "completion_tokens": completion_tokens,
@@ -124,15 +145,19 @@ class Request:
     path: str
     headers: dict  # names lower-cased
     body: dict
+    at: float = field(default_factory=time.monotonic)
 
 
 class FakeAPI:
     """`with FakeAPI(script) as api:` serves the replies in order on api.base_url; api.requests records the calls."""
 
-    def __init__(self, script: list[Reply], models: tuple[str, ...] = ("fake-model",)):
-        self.script, self.models = list(script), models
+    def __init__(self, script: list[Reply], models: tuple[str, ...] = ("fake-model",),
+                 models_reply: Reply | None = None):
+        """`models`: what GET .../models lists (in both APIs' shapes); `models_reply` replaces that answer."""
+        self.script, self.models, self.models_reply = list(script), models, models_reply
         self.requests: list[Request] = []
         self._lock = threading.Lock()
+        self.closing = threading.Event()  # releases stalled replies when the test ends
         api = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -148,23 +173,56 @@ class FakeAPI:
                         body = {"_raw": raw_body.decode(errors="replace")}
                     api.requests.append(Request(self.path, {k.lower(): v for k, v in self.headers.items()}, body))
                     reply = api.script.pop(0) if api.script else status(500, "script exhausted", None)
+                try:
+                    self.send(reply)
+                except OSError:  # the client gave up (a deadline): nothing more to send
+                    self.close_connection = True
+
+            def send(self, reply: Reply):
+                broken = reply.drop_after is not None or reply.stall_after is not None
                 self.send_response(reply.status)
                 self.send_header("content-type", reply.content_type)
-                self.send_header("content-length", str(len(reply.body)))
+                self.send_header(*(("transfer-encoding", "chunked") if broken
+                                   else ("content-length", str(len(reply.body)))))
                 for k, v in reply.headers.items():
                     self.send_header(k, v)
                 self.end_headers()
-                self.wfile.write(reply.body)
+                if not broken:
+                    self.wfile.write(reply.body)
+                    return
+                events = [e + b"\n\n" for e in reply.body.split(b"\n\n") if e.strip()]
+                for i, event in enumerate(events):
+                    if i == reply.drop_after:  # the connection dies: no terminating chunk
+                        self.wfile.flush()
+                        self.connection.shutdown(socket.SHUT_RDWR)
+                        self.close_connection = True
+                        return
+                    if i == reply.stall_after:
+                        self.stall(reply)
+                    self.chunk(event)
+                self.chunk(b"")
 
-            def do_GET(self):  # noqa: N802: OpenAI-compatible servers list the models they serve
+            def stall(self, reply: Reply):
+                end = time.monotonic() + reply.stall_s
+                while not api.closing.is_set() and time.monotonic() < end:
+                    api.closing.wait(min(reply.ping_s or reply.stall_s, max(0.0, end - time.monotonic())))
+                    if reply.ping_s and time.monotonic() < end:
+                        self.chunk(b": ping\n\n")
+
+            def chunk(self, data: bytes):
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+                self.wfile.flush()
+
+            def do_GET(self):  # noqa: N802: both APIs list the models a key may use
                 api.requests.append(Request(self.path, {k.lower(): v for k, v in self.headers.items()}, {}))
-                body = json.dumps({"object": "list", "data": [
-                    {"id": m, "object": "model", "created": 0, "owned_by": "fake"} for m in api.models]}).encode()
-                self.send_response(200)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+                if api.models_reply is not None:
+                    return self.send(api.models_reply)
+                body = json.dumps({"object": "list", "has_more": False, "data": [
+                    {"id": m, "object": "model", "type": "model", "created": 0, "owned_by": "fake",
+                     "display_name": m, "created_at": "2025-01-01T00:00:00Z"} for m in api.models],
+                    "first_id": api.models[0] if api.models else None,
+                    "last_id": api.models[-1] if api.models else None}).encode()
+                self.send(Reply(200, body, "application/json"))
 
             def log_message(self, *args):  # keep pytest output clean
                 pass
@@ -178,5 +236,6 @@ class FakeAPI:
         return self
 
     def __exit__(self, *exc) -> None:
+        self.closing.set()
         self.server.shutdown()
         self.server.server_close()

@@ -1,12 +1,15 @@
-"""The loop with a scripted model: tools, budgets, early stop, the transcript after every step."""
+"""The loop with a scripted model: tools, budgets, early stop, the transcript after every step; one wall-clock
+deadline through model calls and evaluations; what the model is told after each submission."""
 import json
 
 import pytest
 from agent_helpers import CHEAT, GOOD, ScriptedModel, StubEvaluator, turn
 
+from autokernel.agent.evaluate import Feedback, from_verdict, sha256
 from autokernel.agent.loop import Session
-from autokernel.agent.providers import ModelError
+from autokernel.agent.providers import ModelError, ModelUnavailable
 from autokernel.errors import UserError
+from autokernel.gate.verdict import StageResult, Verdict
 from autokernel.policy import Agent
 
 
@@ -149,7 +152,14 @@ def test_model_error_ends_the_session_with_the_transcript_saved(tmp_path, rmsnor
     result = Session("rmsnorm", model, StubEvaluator(), rmsnorm_prompt, Agent(), tmp_path).run()
     t = json.loads((tmp_path / "transcript.json").read_text())
     assert result.status == "model_error" and "HTTP 500" in result.detail and result.best is not None
-    assert t["status"] == "model_error" and len(t["messages"]) == 4
+    assert result.error == result.detail  # an outcome of its own: the run reports it, it is not "no improvement"
+    assert t["status"] == "model_error" and t["error"] == result.error and len(t["messages"]) == 4
+
+
+def test_a_clean_end_has_no_error(tmp_path, rmsnorm_prompt):
+    result, *_ = run(tmp_path, rmsnorm_prompt, [turn("", ("submit_candidate", {"source": CHEAT})),
+                                                turn("", ("finish", {}))])
+    assert result.status == "finished" and result.best is None and result.error is None
 
 
 def test_user_error_propagates_after_saving(tmp_path, rmsnorm_prompt):
@@ -159,3 +169,119 @@ def test_user_error_propagates_after_saving(tmp_path, rmsnorm_prompt):
     with pytest.raises(UserError):
         Session("rmsnorm", NoKey([]), StubEvaluator(), rmsnorm_prompt, Agent(), tmp_path).run()
     assert json.loads((tmp_path / "transcript.json").read_text())["status"] == "error"
+
+
+def test_a_duplicate_submission_is_answered_from_memory_and_not_counted(tmp_path, rmsnorm_prompt):
+    other = GOOD.replace("num_warps=8", "num_warps=2")
+    replies = [turn("", ("submit_candidate", {"source": GOOD})), turn("", ("submit_candidate", {"source": GOOD})),
+               turn("", ("submit_candidate", {"source": other})), turn("", ("finish", {}))]
+    result, model, ev, t = run(tmp_path, rmsnorm_prompt, replies, Agent(max_iterations=2, target_fraction_of_peak=1))
+    again = json.loads(model.seen[2][-1]["content"])
+    assert again["duplicate"] is True and again["budget_left"]["submissions"] == 1
+    assert json.loads(t["messages"][-1]["content"])["verdict"] == "accepted"  # the third was still evaluated
+    assert result.submitted == 2 and ev.calls == [GOOD, other]
+    assert result.status == "limit" and result.detail == "submissions budget spent: 2 of 2"
+
+
+def test_a_cut_off_reply_runs_none_of_its_tool_calls(tmp_path, rmsnorm_prompt):
+    """At the output limit the last tool call is incomplete: as raw text (OpenAI) or as a partial object that
+    parses (a streaming parser's best guess): neither is run, both get the cut-off reply, no submission is spent."""
+    replies = [turn("", ("submit_candidate", '{"source": "import triton\\nimport tor'), truncated=True),
+               turn("", ("read_kernel", {}), ("submit_candidate", {"source": "import triton\n"}), truncated=True),
+               turn("", ("finish", {}))]
+    result, model, ev, t = run(tmp_path, rmsnorm_prompt, replies)
+    answers = [m["content"] for m in t["messages"] if m["role"] == "tool"][:3]
+    assert all(a.startswith("Your reply was cut off at the output-token limit") for a in answers)
+    assert "not a JSON object" not in json.dumps(t["messages"]) and ev.calls == [] and result.submitted == 0
+
+
+def test_every_static_finding_budget_slack_and_kl_reach_the_model(tmp_path, rmsnorm_prompt):
+    """The feedback carries what the gate measured, built from real Verdicts through the real from_verdict."""
+    from autokernel.gate import static
+    bad = CHEAT.replace("import torch\n", "import torch\nimport os\n") + "\nX = eval('1')\n"
+    findings = static.check_source(bad, "rmsnorm")
+    assert not findings.passed and len(findings.metrics["findings"]) >= 2
+    good_stages = [StageResult.ok("static"), StageResult.ok("runtime", isolation="bwrap"),
+                   StageResult.ok("numeric", worst_error_ratio={"float32": 0.31, "bfloat16": 0.52}, cases=12),
+                   StageResult.ok("e2e", kl_mean=1.1e-11, kl_p99=3e-11, kl_max=9e-11, top1=1.0, positions=48)]
+
+    class FromVerdicts:
+        def evaluate(self, op, source, time_left_s=None):
+            stages = [findings] if source == bad else good_stages
+            v = Verdict(op, "x.py", sha256(source), "rejected" if source == bad else "accepted", stages, 1234,
+                        {"kind": "cpu-interpreter"}, 1.0)
+            fb = from_verdict(v)
+            if source != bad:
+                fb.accepted, fb.speedup, fb.speedup_ci = True, 1.3, [1.2, 1.4]
+            return fb
+    replies = [turn("", ("submit_candidate", {"source": bad})), turn("", ("submit_candidate", {"source": GOOD})),
+               turn("", ("finish", {}))]
+    result, model, ev, t = run(tmp_path, rmsnorm_prompt, replies, evaluator=FromVerdicts())
+    rejected, accepted = (json.loads(model.seen[i][-1]["content"]) for i in (1, 2))
+    assert rejected["static_findings"] == findings.metrics["findings"]  # every one, not "(+3 more)"
+    assert rejected["budget_left"]["submissions"] == 5 and 0 < rejected["budget_left"]["wall_s"] <= 600
+    assert accepted["numeric_worst_error_over_tolerance"] == {"float32": 0.31, "bfloat16": 0.52}
+    assert accepted["e2e_kl_nats"] == {"kl_mean": 1.1e-11, "kl_p99": 3e-11, "kl_max": 9e-11, "top1": 1.0}
+    assert accepted["budget_left"]["submissions"] == 4
+    assert "seed" not in accepted and "1234" not in model.seen[2][-1]["content"]  # a later file cannot key on it
+
+
+class Clock:
+    """A fake monotonic clock the tests advance."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_the_deadline_reaches_model_and_evaluator_and_an_overrun_ends_the_session(tmp_path, rmsnorm_prompt):
+    clock = Clock()
+
+    class Timed(StubEvaluator):
+        def __init__(self):
+            super().__init__()
+            self.time_left = []
+
+        def evaluate(self, op, source, time_left_s=None):
+            self.time_left.append(time_left_s)
+            clock.now += 95.0  # the evaluation overruns the 100 s budget
+            return super().evaluate(op, source)
+
+    def tick(messages):
+        clock.now += 5.0  # each model call takes 5 s
+    model = ScriptedModel([turn("", ("read_kernel", {})), turn("", ("submit_candidate", {"source": GOOD})),
+                           turn("never asked", ("finish", {}))], on_query=tick)
+    ev = Timed()
+    result = Session("rmsnorm", model, ev, rmsnorm_prompt, Agent(max_wall_s=100), tmp_path, clock=clock).run()
+    assert model.time_left == [100.0, 95.0] and ev.time_left == [90.0]
+    assert result.status == "limit" and result.detail == "wall_s budget spent: 105 of 100"
+    assert result.submitted == 1 and len(model.replies) == 1  # the verdict is kept; no model call after it
+
+
+@pytest.mark.parametrize("where", ["model", "evaluator"])
+def test_a_callee_that_runs_out_of_time_ends_the_session_as_spent_budget(tmp_path, rmsnorm_prompt, where):
+    class Late(ScriptedModel):
+        def query(self, messages, tools, time_left_s=None):
+            if where == "model" and len(messages) > 2:
+                raise TimeoutError("openai: no complete reply before the wall-clock budget ran out")
+            return super().query(messages, tools, time_left_s)
+
+    class LateEvaluator(StubEvaluator):
+        def evaluate(self, op, source, time_left_s=None):
+            raise TimeoutError("the gate's e2e stage did not fit the time left")
+    model = Late([turn("", ("submit_candidate", {"source": GOOD})), turn("", ("finish", {}))])
+    result = Session("rmsnorm", model, LateEvaluator() if where == "evaluator" else StubEvaluator(), rmsnorm_prompt,
+                     Agent(), tmp_path).run()
+    assert result.status == "limit" and result.detail.startswith("wall_s budget spent:")
+    assert ("during an evaluation" if where == "evaluator" else "during a model call") in result.detail
+    assert result.error is None
+
+
+def test_model_unavailable_is_an_error_not_a_limit(tmp_path, rmsnorm_prompt):
+    class Down(ScriptedModel):
+        def query(self, messages, tools, time_left_s=None):
+            raise ModelUnavailable("openai: HTTP 500 from http://x after 4 retries: boom")
+    result = Session("rmsnorm", Down([]), StubEvaluator(), rmsnorm_prompt, Agent(), tmp_path).run()
+    assert result.status == "model_error" and result.error.startswith("openai: HTTP 500") and result.best is None
