@@ -140,6 +140,10 @@ class Gate(_Section):
     """The end-to-end job may run this many times its predicted time (the op's calls in the e2e workload times the
     candidate's per-call time measured by the numeric stage) before sandbox.timeout; never less than
     sandbox.timeout_s. A slow candidate under the CPU interpreter is not a wrong one."""
+    allow_inline_asm: bool = False
+    """Let kernels call tl.inline_asm_elementwise (static stage, autokernel/gate/static_kernel.py). Off by default:
+    inline PTX is code the grammar cannot read, and the CPU interpreter cannot run it, so the gate could not judge
+    what a GPU would execute."""
 
 
 class Policy(_Section):
