@@ -68,7 +68,9 @@ def bench(
                                                         "the checkout here); e.g. a base commit's kernel from "
                                                         "`git show BASE:kernels/<op>.py`."),
 ):
-    """Interleaved A/B timing of the incumbent against candidates, with confidence intervals. Exit 0 if one wins."""
+    """A/B timing of the incumbent against candidates, each file in fresh sandboxed processes, with confidence
+    intervals over rounds. Exit 0 if one wins; 1 if none wins or the gate's static stage refuses a candidate (then
+    nothing is timed); 2 on bad input."""
     from autokernel.bench.command import bench_command
     raise typer.Exit(bench_command(op, list(candidates or []), trace, as_json, incumbent=incumbent))
 

@@ -1,9 +1,13 @@
-"""Interleaved A/B timing of an op's kernels, with statistics and the roofline.
+"""A/B timing of an op's kernels, with statistics and the roofline.
 
-- child.py    the timing harness, a sandbox entry (runs with candidate code; returns raw per-repetition times)
+- job.py      the timing harness, a sandbox entry: loads ONE kernel file in a fresh process and returns raw
+              per-call times and a random sample of its timed outputs
+- rounds.py   rounds of such jobs (every file in its own process, A/B order alternating), each job's data judged
+              in the parent: outputs against references it computes itself, processes seen, counts
+- watch.py    what the parent sees of a running job from outside: its processes, CPU time and wall time
 - stats.py    medians, paired speedups and bootstrap intervals (trusted side)
 - roofline.py device peaks and the physics floor (shared with the ranker)
-- measure.py  one sandboxed job per candidate, judged: accepted iff the weighted speedup's lower bound clears the
-              policy and nothing is implausible
-- command.py  `autokernel bench`
+- measure.py  the result types and the judgement: accepted iff the weighted speedup's lower bound clears the policy
+              and nothing is implausible
+- command.py  `autokernel bench` (the gate's static stage first: a refused file is never timed)
 """

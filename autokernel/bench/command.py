@@ -1,10 +1,12 @@
-"""`autokernel bench OP [CANDIDATE.py ...] [--trace TRACE] [--json]`: exit 0 a candidate accepted, 1 none, 2 bad input."""
+"""`autokernel bench OP [CANDIDATE.py ...] [--trace TRACE] [--json]`: exit 0 a candidate accepted; 1 none accepted, or
+the gate's static stage refuses a candidate (nothing is timed then); 2 bad input or an incumbent that cannot be timed."""
 from __future__ import annotations
 
 import json
 import sys
 from pathlib import Path
 
+import numpy as np
 from rich.console import Console
 from rich.table import Table
 
@@ -48,6 +50,37 @@ def _check_inputs(op: str, candidates: list[Path], incumbent: Path) -> None:
             raise UserError(f"{c}: a candidate is a Python file replacing kernels/{op}.py")
 
 
+def _refused(op: str, candidates: list[Path], incumbent: Path, policy: policy_mod.Policy) -> list[tuple[Path, object]]:
+    """The gate's static stage on every candidate, before anything runs: what the gate refuses is never timed
+    (a file it refuses would be rejected by `autokernel verify` anyway, and timing runs the file's code)."""
+    from autokernel.gate import static
+    out = []
+    for c in candidates:
+        try:
+            source = c.read_bytes()
+        except OSError as e:
+            raise UserError(f"{c}: cannot read the candidate ({e.strerror})") from None
+        res = static.check_source(source, op, incumbent, policy=policy)
+        if not res.passed:
+            out.append((c, res))
+    return out
+
+
+def _print_refused(op: str, refused: list[tuple[Path, object]], as_json: bool) -> None:
+    """Exit 1 (a clean negative), with the static findings; candidate-derived text is reduced to plain lines."""
+    items = [{"path": str(c), "stage": "static", "reason": r.reason, "detail": one_line(r.detail, 500),
+              "findings": [{k: one_line(v, 300) if isinstance(v, str) else v for k, v in f.items()}
+                           for f in r.metrics.get("findings", [])]} for c, r in refused]
+    if as_json:
+        print(json.dumps({"op": op, "refused": items}, indent=2))
+        return
+    for it in items:
+        print(f"autokernel bench: {one_line(Path(it['path']).name, 120)}: refused by the gate's static stage, not "
+              f"timed: {it['reason']}: {it['detail']}")
+        for f in it["findings"][1:]:
+            print(f"  line {f.get('line', '?')}: {f.get('reason')}: {f.get('detail')}")
+
+
 def bench_command(op: str, candidates: list[Path], trace: Path | None, as_json: bool, *,
                   policy: policy_mod.Policy | None = None, job_root: Path | None = None,
                   incumbent: Path | None = None) -> int:
@@ -65,6 +98,10 @@ def bench_command(op: str, candidates: list[Path], trace: Path | None, as_json: 
         cases = _cases(op, trace)
         if policy is None:
             policy = policy_mod.load("policies.yaml" if Path("policies.yaml").is_file() else None)
+        refused = _refused(op, candidates, incumbent, policy)
+        if refused:
+            _print_refused(op, refused, as_json)
+            return 1
         m = measure(op, candidates, cases, policy, job_root or layout.sandbox, incumbent=incumbent)
     except (UserError, IncumbentFailed) as e:
         print(f"autokernel bench: {one_line(e)}", file=sys.stderr)  # one line, never wrapped
@@ -92,7 +129,7 @@ def render(m: Measurement, console: Console) -> None:
                  f"{m.op}: kernels/{m.op}.py")
         t = Table(title=escape(f"{title} — {m.label}"), title_justify="left")
         t.caption = escape(f"[lo–hi]: {conf}")
-        for col in ("shape", "dtype", "calls", "reps", "incumbent ms", "candidate ms", "speedup", "GB/s",
+        for col in ("shape", "dtype", "calls", "rounds", "incumbent ms", "candidate ms", "speedup", "GB/s",
                     "GFLOP/s", "% of peak", "note"):
             t.add_column(col, justify="left" if col in ("shape", "note") else "right",
                          no_wrap=col != "note", overflow="fold")
@@ -115,6 +152,10 @@ def render(m: Measurement, console: Console) -> None:
     if m.peak:
         console.print(f"  peak: {m.peak['name']} {m.peak['gbps']:.4g} GB/s ({m.peak['source']}); "
                       f"isolation: {m.isolation}", highlight=False)
+    if m.rounds:
+        cpu = [j["cpu_s"] / j["wall_s"] for j in m.jobs if j.get("wall_s") and j.get("cpu_s", -1) >= 0]
+        console.print(f"  {m.rounds} rounds, each file timed in a fresh sandboxed process per round ({len(m.jobs)} "
+                      f"jobs); job CPU/wall median {np.median(cpu) if cpu else float('nan'):.2f}", highlight=False)
 
 
 def _verdict(c: FileResult, m: Measurement, console: Console) -> None:

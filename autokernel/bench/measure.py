@@ -1,27 +1,24 @@
-"""Benchmark an op's candidates against its incumbent: one sandboxed A/B job per candidate, judged in the parent.
+"""Benchmark an op's candidates against its incumbent, judged in the parent.
 
-The child (autokernel.bench.child) only returns raw times; everything that decides a verdict is computed here, in
-the trusted process: medians and bootstrap intervals, paired speedups, the weighted speedup, the roofline checks.
+Each file is timed in fresh sandboxed processes of its own, in A/B rounds (autokernel.bench.rounds; the harness is
+autokernel.bench.job). Jobs only return raw times and outputs; everything that decides a verdict is computed in the
+trusted process: the output checks (rounds.py), medians and bootstrap intervals over rounds, paired speedups, the
+weighted speedup, the roofline and 10x checks (here).
 """
 from __future__ import annotations
 
-import json
-import secrets
-import shutil
-import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from autokernel import device, sandbox
+from autokernel import sandbox
 from autokernel.bench import roofline
 from autokernel.bench.stats import Interval, median_ci, paired_speedup, weighted_speedup
 from autokernel.ops import get
 from autokernel.policy import Bench, Policy
 
-ENTRY = "autokernel.bench.child:time_op"
 CPU_LABEL = "CPU / Triton interpreter"
 MIN_MS = 1e-6  # a timer reading of 0 would be an infinite speedup
 
@@ -62,6 +59,8 @@ class Measurement:
     files: list[FileResult]  # the incumbent first
     job_dirs: list[str]
     isolation: str
+    rounds: int = 0  # A/B rounds: each timed every file in a fresh process (autokernel.bench.rounds)
+    jobs: list[dict] = field(default_factory=list)  # per job: file, round, wall_s, cpu_s, processes seen
 
     @property
     def accepted(self) -> list[FileResult]:
@@ -72,11 +71,8 @@ class Measurement:
 
 
 class IncumbentFailed(Exception):
-    """The incumbent kernel itself could not be timed: an environment problem (exit 2), not a verdict.
-
-    The child raises its namesake (autokernel.bench.child.IncumbentFailed); the parent recognises it by name in the
-    sandbox's one-line detail.
-    """
+    """The incumbent kernel itself could not be timed: an environment problem (exit 2), not a verdict. Raised by
+    autokernel.bench.rounds when the incumbent's own job fails; no candidate was ever loaded in that job."""
 
 
 def judge(op: str, raw: dict, calls: list[int], bench: Bench, peak: roofline.Peak | None,
@@ -132,68 +128,13 @@ def judge(op: str, raw: dict, calls: list[int], bench: Bench, peak: roofline.Pea
     return out
 
 
-def _job(op: str, cands: list[Path], cases: list[dict], policy: Policy, job_dir: Path,
-         incumbent: Path) -> sandbox.SandboxResult:
-    """One sandboxed timing of `incumbent` followed by `cands`, from snapshots copied into job_dir/files."""
-    (job_dir / "files").mkdir(parents=True, exist_ok=True)
-    paths = [job_dir / "files" / f"incumbent_{op}.py"]
-    shutil.copyfile(incumbent, paths[0])
-    for k, c in enumerate(cands):
-        paths.append(job_dir / "files" / f"candidate{k}_{c.name}")
-        shutil.copyfile(c, paths[-1])
-    payload = {"op": op, "files": [str(p) for p in paths],
-               "cases": [{"shape": c["shape"], "dtype": c["dtype"]} for c in cases],
-               "seed": secrets.randbits(62), "max_time_s": policy.bench.max_time_s,
-               "rse_target": policy.bench.rse_target}
-    res = sandbox.run(ENTRY, payload, job_dir, policy.sandbox)
-    if res.ok:
-        (job_dir / "times.json").write_text(json.dumps(res.data))  # raw, as the child reported it
-    return res
-
-
 def measure(op: str, candidates: list[Path], cases: list[dict], policy: Policy, job_root: Path,
             incumbent: Path | None = None) -> Measurement:
-    """Time kernels/<op>.py against the candidates, interleaved in one sandboxed job.
-
-    If that job dies (a candidate crashed the process, hung, or ran out of memory), each candidate is timed again in
-    a job of its own with the incumbent, so that one bad file neither hides the others nor escapes its own verdict.
-    cases: [{"shape": {...}, "calls": n, "dtype": "float32"}]. Jobs run one after another, never in parallel: they
-    would share the device being measured. `incumbent` is the target checkout's kernels/<op>.py (autokernel.paths;
-    default: the installed project's).
+    """Time the incumbent against the candidates: A/B rounds in which every file runs in a fresh sandboxed process
+    of its own (autokernel.bench.rounds), judged here by `judge`. cases: [{"shape": {...}, "calls": n, "dtype":
+    "float32"}]. `incumbent` is the target checkout's kernels/<op>.py (autokernel.paths; default: the installed
+    project's). Raises IncumbentFailed when the incumbent's own job fails (exit 2: no verdict is possible).
     """
+    from autokernel.bench.rounds import measure_rounds  # it imports this module
     incumbent = Path(incumbent) if incumbent is not None else sandbox.bwrap.PROJECT / "kernels" / f"{op}.py"
-    fp = device.fingerprint()
-    peak = roofline.peak_for(fp)
-    label = CPU_LABEL if fp["kind"] != "cuda" else f"CUDA {fp.get('gpu', '')}".strip()
-    root = Path(job_root) / (time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(3))
-    calls = [c["calls"] for c in cases]
-    files: list[FileResult] = []
-    job_dirs, isolation = [], ""
-    groups = [list(candidates)]
-    while groups:
-        group = groups.pop(0)
-        job_dir = root / ("all" if group == list(candidates) else f"alone-{candidates.index(group[0])}")
-        res = _job(op, group, cases, policy, job_dir, incumbent)
-        job_dirs.append(str(job_dir))
-        isolation = res.isolation
-        if not res.ok:
-            if not group or res.detail.split(":")[0].endswith(IncumbentFailed.__name__):
-                raise IncumbentFailed(f"kernels/{op}.py could not be timed: {res.reason}: {res.detail}")
-            if len(group) > 1:
-                groups = [[c] for c in group]
-            else:
-                reason = res.reason or "sandbox.error"
-                if res.detail.split(":")[0].endswith("JobContaminated"):
-                    reason = "bench.tampered"
-                files.append(FileResult(str(group[0]), "candidate", reason, res.detail, reason=reason))
-            continue
-        judged = judge(op, res.data, calls, policy.bench, peak, ["incumbent"] + ["candidate"] * len(group))
-        for fr, path in zip(judged, [incumbent, *group]):
-            fr.path = str(path)
-        if not files or files[0].role != "incumbent":
-            files.insert(0, judged[0])  # the first job's incumbent figures stand for the incumbent
-        elif not files[0].shapes:
-            files[0] = judged[0]
-        files.extend(judged[1:])
-    return Measurement(op, label, fp, asdict(peak) if peak else None, policy.bench.model_dump(), files, job_dirs,
-                       isolation)
+    return measure_rounds(op, [Path(c) for c in candidates], cases, policy, job_root, incumbent)

@@ -1,0 +1,288 @@
+"""One file, one fresh process: the timing harness of a benchmark job (sandbox entry `autokernel.bench.job:time_file`).
+
+A job loads exactly ONE kernel file, the incumbent or a candidate, as `kernels.<op>` from a file named `<op>.py`
+(autokernel.kernel_loader: the same name whichever it is), times it on the shapes it was given, and returns raw
+figures: per-call times and the outputs of a random sample of its timed calls. It decides nothing. The parent
+(autokernel.bench.rounds) regenerates every input from the seed it chose, computes the reference itself, and judges.
+
+Why one file per process: a file that shares a process with another can wrap, patch or slow the other's kernel, or
+damage the other's outputs, and a benchmark that blames the other then blames the wrong file. Here no file ever
+runs in a process where another file's figures are taken.
+
+Inside the job, against the file's cheating on its own figures (SHORTCUTS.md #4, #5, #15, #17, #19, #20):
+- the clocks are bound when this module is imported, before the file exists in the process; the attributes of the
+  libraries (time, torch, triton, numpy, builtins), this harness and the op's trusted modules are compared with a
+  snapshot after the import, after every warm-up call and every few timed calls (`bench.tampered`);
+- a Python thread left running by a call is `bench.tampered` (work finished after the timer stopped);
+- inputs are refilled in place before every call (stable pointers, fresh values): the pool sets come from the
+  parent's seed, each repetition rescales them;
+- the outputs kept for the parent are copied the moment the timer stops, chosen by reservoir sampling from
+  os.urandom AFTER each call returned: at call time the file cannot know whether this output will be checked.
+Residual risk: code that introspects this harness (frames, gc, ctypes: the static gate's ban list) could rewrite its
+own times or kept outputs. That can only flatter the file itself, never slow another, and the parent's roofline,
+10x and CPU-time checks bound how far such figures can go.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import random
+import secrets
+import sys
+import threading
+import time
+from pathlib import Path
+
+import torch
+
+# Bound before any kernel file is imported: patching time.perf_counter_ns or torch.cuda.Event later changes nothing.
+_perf_ns = time.perf_counter_ns
+_monotonic = time.monotonic
+_Event = torch.cuda.Event
+_record = torch.cuda.Event.record
+_elapsed = torch.cuda.Event.elapsed_time
+_sync = torch.cuda.synchronize
+_enumerate_threads = threading.enumerate
+_randbelow = secrets.randbelow  # os.urandom underneath: no state in this process to read or predict
+
+POOL = 4  # input sets per shape; every repetition also rescales one (values never repeat)
+KEEP = 8  # timed outputs per shape returned for the parent to check (all of them when there are no more calls)
+GUARD_EVERY = 8  # timed calls between snapshot comparisons (~3k attributes, ~3 ms each)
+THREAD_JOIN_S = 10.0
+WARMUP_S = {"cuda": 0.05, "cpu": 0.0}
+# Namespaces whose attributes no kernel file may replace: the clocks, what launchers and the harness call.
+SURFACE = ("time", "torch", "torch.Tensor", "torch.cuda", "torch.cuda.Event", "torch.nn.functional", "triton",
+           "triton.language", "triton.runtime.jit", "triton.runtime.jit.JITFunction", "numpy", "builtins", "secrets")
+
+
+class Rejected(Exception):
+    """The file failed while being timed: its reason code and one line of detail."""
+
+    def __init__(self, reason: str, detail: str):
+        super().__init__(detail)
+        self.reason, self.detail = reason, detail
+
+
+# --- inputs: one definition, used by the job and by the parent that re-creates them to judge the outputs ----------
+
+def derive(seed: int, *parts) -> int:
+    return int.from_bytes(hashlib.blake2b(repr((seed, *parts)).encode(), digest_size=8).digest(), "little") >> 2
+
+
+def pool(spec, case: dict, seed: int, ci: int) -> list[dict]:
+    """The POOL input sets of case `ci`, on the CPU (moved to the device by the job; the parent uses them as they are)."""
+    dtype = getattr(torch, case["dtype"])
+    return [spec.make_inputs(case["shape"], dtype, "cpu", torch.Generator().manual_seed(derive(seed, ci, "pool", k)))
+            for k in range(POOL)]
+
+
+def values(sets: list[dict], seed: int, ci: int, rep: int) -> dict:
+    """Repetition `rep`'s arguments for case `ci`: a pool set times a scale in [0.5, 2), both fixed by the seed."""
+    scale = random.Random(derive(seed, ci, "scale", rep)).uniform(0.5, 2.0)
+    return {k: v * scale if isinstance(v, torch.Tensor) and v.is_floating_point() else v
+            for k, v in sets[rep % POOL].items()}
+
+
+# --- the harness's own integrity ---------------------------------------------------------------------------------
+
+def _resolve(name: str):
+    import importlib
+    parts = name.split(".")
+    for k in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:k]))
+            break
+        except ImportError:
+            continue
+    else:
+        return None
+    for p in parts[k:]:
+        obj = getattr(obj, p, None)
+    return obj
+
+
+def _guard(op: str, spec):
+    """Snapshot SURFACE, this harness and the op's trusted modules; return (check, new_threads) closures.
+
+    check(where) raises Rejected("bench.tampered"). Closures with every builtin they use bound now: patching builtins
+    or this module afterwards changes nothing in them.
+    """
+    import types
+    _vars, _callable, _isinstance, _module, _threads = vars, callable, isinstance, types.ModuleType, _enumerate_threads
+    loose = {n: o for n in SURFACE if (o := _resolve(n)) is not None}
+    strict = {n: o for n in (__name__, "autokernel.ops.spec", "autokernel.kernel_loader", f"autokernel.ops.{op}")
+              if (o := _resolve(n)) is not None}
+    strict[f"{op} spec"] = spec
+    spaces = {**loose, **strict}
+    base = {n: {k: v for k, v in _vars(o).items() if n in strict or _callable(v) or _isinstance(v, _module)}
+            for n, o in spaces.items()}
+    threads0 = set(_threads())
+
+    def new_threads() -> list:
+        return [t for t in _threads() if t not in threads0]
+
+    def check(where: str) -> None:
+        threads = new_threads()
+        if threads:
+            for t in threads:
+                t.join(THREAD_JOIN_S)
+            raise Rejected("bench.tampered", f"left a Python thread running ({where})")
+        changed = [f"{n}.{k}" for n, snap in base.items() for k, v in snap.items()
+                   if _vars(spaces[n]).get(k, check) is not v]
+        if changed:
+            raise Rejected("bench.tampered", f"replaced {', '.join(changed[:4])} ({where})")
+
+    return check, new_threads
+
+
+def _init_triton(device: str) -> None:
+    """Launch one trusted kernel so that the interpreter's/driver's lazy set-up predates the snapshot."""
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def _copy(src_ptr, dst_ptr, BLOCK: tl.constexpr):
+        offs = tl.arange(0, BLOCK)
+        tl.store(dst_ptr + offs, tl.load(src_ptr + offs))
+
+    src = torch.zeros(16, device=device)
+    dst = torch.empty(16, device=device)
+    _copy[(1,)](src, dst, BLOCK=16)
+    if device == "cuda":
+        _sync()
+
+
+# --- timing --------------------------------------------------------------------------------------------------------
+
+def _time_cpu(fn, kw):
+    t0 = _perf_ns()
+    out = fn(**kw)
+    t1 = _perf_ns()
+    return (t1 - t0) / 1e6, out, None
+
+
+def _time_cuda(fn, kw, flush: torch.Tensor, start, end):
+    flush.zero_()  # evict L2 so that the file does not inherit a warm cache
+    h0 = _perf_ns()
+    _record(start)
+    out = fn(**kw)
+    _sync()  # all streams: work hidden on a side stream is inside the window
+    _record(end)
+    _sync()
+    return _elapsed(start, end), out, (_perf_ns() - h0) / 1e6
+
+
+def _timer(device: str):
+    if device != "cuda":
+        return _time_cpu
+    import triton
+    try:
+        flush = triton.runtime.driver.active.get_empty_cache_for_benchmark()
+    except Exception:  # noqa: BLE001 -- older Triton: flush with our own 256 MB buffer
+        flush = torch.empty(256 << 20, dtype=torch.int8, device=device)
+    start, end = _Event(enable_timing=True), _Event(enable_timing=True)
+    return lambda fn, kw: _time_cuda(fn, kw, flush, start, end)
+
+
+class _Case:
+    """One shape: fixed argument buffers (stable pointers) refilled before every call, and the kept outputs."""
+
+    def __init__(self, spec, case: dict, seed: int, ci: int, device: str):
+        self.ci, self.seed = ci, seed
+        self.sets = pool(spec, case, seed, ci)
+        self.buf = {k: v.to(device, copy=True) if isinstance(v, torch.Tensor) else v for k, v in self.sets[0].items()}
+        self.times: list[float] = []
+        self.host: list[float] = []
+        self.kept: list[dict] = []
+        self.seen = 0
+
+    def args(self, rep: int) -> dict:
+        for k, v in values(self.sets, self.seed, self.ci, rep).items():
+            if isinstance(v, torch.Tensor):
+                self.buf[k].copy_(v)
+        return dict(self.buf)
+
+    def keep(self, rep: int, out) -> None:
+        """Reservoir sampling, decided after the call returned: every timed output is equally likely to be checked."""
+        self.seen += 1
+        slot = len(self.kept) if len(self.kept) < KEEP else _randbelow(self.seen)
+        if slot >= KEEP:
+            return
+        outs = list(out) if isinstance(out, (tuple, list)) else [out]
+        copies = [o.detach().to("cpu", copy=True) if type(o) is torch.Tensor else type(o).__name__ for o in outs]
+        item = {"case": self.ci, "rep": rep, "outputs": copies}
+        if slot == len(self.kept):
+            self.kept.append(item)
+        else:
+            self.kept[slot] = item
+
+
+def _call(fn, timer, case: _Case, rep: int, where: str):
+    kw = case.args(rep)
+    try:
+        return timer(fn, kw)
+    except BaseException as e:  # noqa: BLE001 -- SystemExit from a kernel file rejects it, nothing more
+        raise Rejected("bench.error", f"{type(e).__name__}: {e} ({where})"[:500]) from None
+
+
+def time_file(payload: dict, inputs: Path) -> dict:
+    """payload: op, cases [{shape, dtype}], seed, reps; the file is inputs/<op>.py. Returns raw figures, a status."""
+    from autokernel import kernel_loader
+    kernel_loader.neutral_process()  # also imports `kernels`: the interpreter switch on a machine without CUDA
+    from autokernel.ops import get
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    op, seed, reps = payload["op"], int(payload["seed"]), int(payload["reps"])
+    spec = get(op)
+    cases = [_Case(spec, c, seed, ci, device) for ci, c in enumerate(payload["cases"])]
+    timer = _timer(device)
+    _init_triton(device)
+    out = {"device": device, "timer": "cuda_events" if device == "cuda" else "perf_counter_ns", "status": "ok",
+           "detail": ""}
+    guard, new_threads = _guard(op, spec)
+    try:
+        try:
+            fn = kernel_loader.launcher_of(kernel_loader.load_kernel(op, Path(inputs) / f"{op}.py"), op)
+        except Exception as e:  # noqa: BLE001 -- a file that fails to import is a rejection, not a crash
+            raise Rejected("bench.error", f"import failed: {type(e).__name__}: {e}"[:500]) from None
+        guard("at import")
+        _warm(fn, timer, cases, guard, device)
+        _timed(fn, timer, cases, reps, guard, new_threads)
+        guard("at the end")
+    except Rejected as e:
+        out.update(status=e.reason, detail=e.detail)
+    out["cases"] = [{"times_ms": c.times, "host_ms": c.host, "kept": c.kept} for c in cases]
+    return out
+
+
+def _warm(fn, timer, cases: list[_Case], guard, device: str) -> None:
+    """Compile, fill caches, autotune: each shape at least once, every call guarded, nothing kept."""
+    until = _monotonic() + WARMUP_S[device]
+    rep = -1
+    while True:
+        for c in cases:
+            _call(fn, timer, c, rep, f"shape {c.ci}, warm-up")
+            guard(f"shape {c.ci}, warm-up")
+        if _monotonic() >= until:
+            return
+        rep -= 1
+
+
+def _timed(fn, timer, cases: list[_Case], reps: int, guard, new_threads) -> None:
+    """reps x every shape; the shapes' order rotates each repetition so none always follows another."""
+    n = 0
+    for rep in range(reps):
+        k = rep % len(cases)
+        for c in cases[k:] + cases[:k]:
+            where = f"shape {c.ci}, repetition {rep}"
+            ms, res, h_ms = _call(fn, timer, c, rep, where)
+            c.keep(rep, res)  # copied now, before anything else can run
+            c.times.append(float(ms))
+            if h_ms is not None:
+                c.host.append(float(h_ms))
+            n += 1
+            if n % GUARD_EVERY == 0 or new_threads():
+                guard(where)
+
+
+if __name__ == "__main__":  # not a script
+    sys.exit("autokernel.bench.job is a sandbox entry, run by autokernel.bench.rounds")

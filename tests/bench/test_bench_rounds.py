@@ -1,0 +1,153 @@
+"""The rounds' plumbing and the parent's judgement, with sandbox.run stubbed by a fake job (fast): one file per job,
+the incumbent's jobs get only the incumbent, A/B order alternates, and a job's word is never taken for its outputs."""
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from autokernel import sandbox
+from autokernel.bench import job, rounds
+from autokernel.bench import measure as measure_mod
+from autokernel.bench.watch import Watch
+from autokernel.ops import get
+from autokernel.policy import Policy
+from autokernel.sandbox import bwrap
+
+INCUMBENT = bwrap.PROJECT / "kernels" / "rmsnorm.py"
+CASES = [{"shape": {"M": 2, "N": 64}, "calls": 1, "dtype": "float32"},
+         {"shape": {"M": 1, "N": 32}, "calls": 2, "dtype": "float32"}]
+
+
+def fake_child(source: bytes, payload: dict, ms: float, tweak=None) -> dict:
+    """What an honest job returns for a file that takes `ms` a call: outputs computed from the payload's seed.
+    `tweak(data)` lets a test forge what a hostile file would."""
+    spec = get(payload["op"])
+    cases = []
+    for ci, c in enumerate(payload["cases"]):
+        sets = job.pool(spec, c, payload["seed"], ci)
+        kept = [{"case": ci, "rep": r, "outputs": [spec.reference(**job.values(sets, payload["seed"], ci, r))]}
+                for r in range(min(payload["reps"], job.KEEP))]
+        cases.append({"times_ms": [ms] * payload["reps"], "host_ms": [], "kept": kept})
+    data = {"device": "cpu", "timer": "perf_counter_ns", "status": "ok", "detail": "", "cases": cases}
+    return tweak(data) if tweak else data
+
+
+def stub(monkeypatch, speed: dict, tweak: dict | None = None) -> list:
+    """sandbox.run replaced: records (source, payload) per job; speed/tweak keyed by a marker in the file's bytes."""
+    calls = []
+
+    def run(entry, payload, job_dir, limits, *, inputs=None, **kw):
+        assert entry == rounds.ENTRY and list(inputs) == [f"{payload['op']}.py"]  # one file, under its op's name
+        src = inputs[f"{payload['op']}.py"]
+        calls.append((src, payload))
+        key = next((k for k in speed if k.encode() in src), "incumbent")
+        data = fake_child(src, payload, speed.get(key, 1.0), (tweak or {}).get(key))
+        return sandbox.SandboxResult(True, None, "", data, Path(job_dir), 0.01, "bwrap+cgroup+seccomp")
+
+    monkeypatch.setattr(sandbox, "run", run)
+    return calls
+
+
+def _cand(tmp_path: Path, marker: str) -> Path:
+    p = tmp_path / f"{marker}.py"
+    p.write_bytes(INCUMBENT.read_bytes() + f"\n# {marker}\n".encode())
+    return p
+
+
+def test_each_job_loads_one_file_and_the_incumbent_never_sees_a_candidate(tmp_path, monkeypatch):
+    calls = stub(monkeypatch, {"fast": 0.5})
+    m = measure_mod.measure("rmsnorm", [_cand(tmp_path, "fast")], CASES, Policy(), tmp_path)
+    inc = INCUMBENT.read_bytes()
+    roles = ["I" if src == inc else "C" for src, _ in calls]
+    assert all(src == inc or b"# fast" in src for src, _ in calls)
+    assert "".join(roles[:8]) == "ICCICIIC"  # who goes first: I C C I over rounds (ABBA), equally often
+    seeds = [p["seed"] for _, p in calls]
+    assert all(seeds[k] == seeds[k + 1] for k in range(0, len(seeds), 2))  # a round shares its inputs
+    assert len(set(seeds)) == m.rounds
+    c = m.files[1]
+    assert c.accepted and abs(c.speedup.est - 2.0) < 1e-6 and m.rounds >= 6
+
+
+def test_a_jobs_ok_is_not_trusted(tmp_path, monkeypatch):
+    # The job says "ok" but the outputs it returns are not those of the inputs the parent's seed makes.
+    def garbage(data):
+        for c in data["cases"]:
+            for k in c["kept"]:
+                k["outputs"] = [torch.zeros_like(k["outputs"][0])]
+        return data
+
+    def too_few(data):
+        data["cases"][0]["kept"] = data["cases"][0]["kept"][:1]
+        return data
+
+    def shape_lie(data):
+        for c in data["cases"]:
+            for k in c["kept"]:
+                k["outputs"] = [k["outputs"][0][:1]]
+        return data
+
+    def bad_times(data):
+        data["cases"][1]["times_ms"] = data["cases"][1]["times_ms"][:-1]
+        return data
+
+    stub(monkeypatch, {"garbage": 0.1, "too_few": 0.1, "shape_lie": 0.1, "bad_times": 0.1},
+         {"garbage": garbage, "too_few": too_few, "shape_lie": shape_lie, "bad_times": bad_times})
+    cands = [_cand(tmp_path, k) for k in ("garbage", "too_few", "shape_lie", "bad_times")]
+    m = measure_mod.measure("rmsnorm", cands, CASES, Policy(), tmp_path)
+    got = {Path(f.path).stem: (f.reason, f.detail) for f in m.files[1:]}
+    assert got["garbage"][0] == "bench.mismatch" and "differs from the reference" in got["garbage"][1]
+    assert got["too_few"][0] == "bench.mismatch" and "expected 3" in got["too_few"][1]
+    assert got["shape_lie"][0] == "bench.mismatch"
+    assert got["bad_times"][0] == "bench.error"
+    assert m.files[0].status == "ok" and not m.accepted
+
+
+def test_only_the_incumbents_own_job_can_fail_the_incumbent(tmp_path, monkeypatch):
+    def broken(data):
+        data["status"], data["detail"] = "bench.error", "RuntimeError: boom"
+        return data
+    stub(monkeypatch, {"cand": 1.0}, {"incumbent": broken})
+    with pytest.raises(measure_mod.IncumbentFailed, match="boom"):
+        measure_mod.measure("rmsnorm", [_cand(tmp_path, "cand")], CASES, Policy(), tmp_path)
+
+
+def test_implausible_speed_is_judged_in_the_parent(tmp_path, monkeypatch):
+    stub(monkeypatch, {"magic": 0.05})  # 20x the incumbent
+    m = measure_mod.measure("rmsnorm", [_cand(tmp_path, "magic")], CASES, Policy(), tmp_path)
+    c = m.files[1]
+    assert not c.accepted and c.reason == "bench.implausible" and "limit 10x" in c.detail
+
+
+def test_the_watcher_names_a_process_the_job_started(tmp_path):
+    # A job whose root process forks a busy child: the parent sees it from outside (/proc), whatever the job says.
+    code = "import subprocess, sys, time; p = subprocess.Popen([sys.executable, '-c', 'while True: pass']); " \
+           "time.sleep(0.6); p.kill()"
+    with Watch(interval_s=0.02) as w:
+        subprocess.run([sys.executable, "-c", code], check=True)
+    assert w.stats.extra and w.stats.max_processes == 2, w.stats
+    assert w.stats.cpu_s > 0.2  # the busy child's CPU time is the job's
+    with Watch(interval_s=0.02) as w:
+        subprocess.run([sys.executable, "-c", "import time; time.sleep(0.3)"], check=True)
+    assert w.stats.extra == [] and w.stats.max_processes == 1 and w.stats.samples > 3
+
+
+def test_a_job_with_another_process_rejects_its_file(tmp_path, monkeypatch):
+    real = stub(monkeypatch, {"hog": 0.5})
+    fake_run = sandbox.run
+
+    def run(entry, payload, job_dir, limits, *, inputs=None, **kw):
+        if b"# hog" in inputs["rmsnorm.py"]:  # this "job" starts a helper process while it runs
+            subprocess.run([sys.executable, "-c", "import subprocess, sys, time; "
+                            "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(5)']); "
+                            "time.sleep(0.3); p.kill()"], check=True)
+        return fake_run(entry, payload, job_dir, limits, inputs=inputs, **kw)
+
+    monkeypatch.setattr(sandbox, "run", run)
+    t0 = time.monotonic()
+    m = measure_mod.measure("rmsnorm", [_cand(tmp_path, "hog")], CASES, Policy(), tmp_path)
+    c = m.files[1]
+    assert c.reason == "bench.tampered" and "other processes" in c.detail, c
+    assert real and time.monotonic() - t0 < 30
