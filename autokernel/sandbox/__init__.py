@@ -1,47 +1,74 @@
-"""Run untrusted candidate code in an isolated process and bring back what the trusted harness computed.
+"""Run untrusted candidate code in an isolated process and bring back the raw data the trusted harness collected.
 
 CONTRACT (other packages code against this; the implementation may grow, the signature stays):
 
-    run(entry, payload, job_dir, limits) -> SandboxResult
+    run(entry, payload, job_dir, limits, *, inputs={}, pythonpath=(), ro_paths=(), env=None) -> SandboxResult
+    preflight(limits, *, untrusted_author) -> isolation string, or UserError (exit 2)
 
 - `entry` is "module:function" of TRUSTED code (e.g. "autokernel.gate.child:numeric"). In the child process the
-  function is called as fn(payload: dict, job_dir: Path) -> dict (JSON-able). It may import candidate files named
-  in the payload and write tensors with torch.save into job_dir; the parent reads them back with
-  torch.load(weights_only=True).
-- `job_dir` (sandbox/<run>/<candidate>/...) is the only writable place besides a private /tmp.
-- Isolation: bubblewrap when present (no network namespace, read-only system + project, env scrubbed to an
-  allowlist, rlimits, wall-clock timeout killing the process group); otherwise a plain subprocess with the same
-  limits and a loud warning; limits.isolation == "required" refuses without bubblewrap.
+  function is called as fn(payload: dict, inputs: Path) -> dict. `inputs` is a fresh, READ-ONLY directory holding
+  the `inputs` the parent passed (name -> bytes, written as they are, or any other object, written with torch.save);
+  the entry imports candidate files from there. The returned dict may hold tensors, numbers, strings, bytes and
+  containers of them; it travels back through a pipe (torch.save in the child, torch.load(weights_only=True) under
+  a size cap in the parent) and arrives as SandboxResult.data. Nothing else comes back: no file the job wrote is
+  ever read by the parent.
+- `job_dir` is the PARENT's evidence directory for this job: the candidate never has access to it. The parent writes
+  the child's stdout/stderr there (sandbox.log, drained from a pipe with a cap), and the callers write their verdicts
+  and raw figures there.
+
+The rules that make the parent safe from what it runs (the threat model is docs/design.md's: a candidate that can
+read every Python object of its process and knows this code):
+1. Nothing the candidate can write is ever read, followed or bound again by the parent. Under bubblewrap the only
+   writable place is a size-limited tmpfs on /tmp created inside the sandbox (policy `sandbox.disk_mb`; the job's
+   scratch directory, HOME, TMPDIR and Triton cache live there), so it vanishes with the job: a disk quota and
+   cleanup by construction. Each run() call gets fresh, parent-created directories; none is reused across calls and
+   no cache is shared between jobs (a shared writable Triton cache would let one job poison the next one's kernels).
+   Without bubblewrap the job gets a fresh temporary scratch directory that the parent deletes afterwards
+   (shutil.rmtree, which does not follow symlinks) and never reads.
+2. The result channel cannot be forged into a verdict. The frame carries raw data only, and every judgement
+   (comparisons against references, speedups, shapes, reasons) is made in the parent from data it generated itself:
+   callers must never take a shape, a reason or a detail text from the child as truth, and must type-check every
+   value before use. The nonce and the early binding of the harness's writer (autokernel/sandbox/child.py) stop
+   forging by output and by monkeypatching; they do not stop a candidate that introspects the harness's frame
+   (the nonce and FD are main()'s locals): the static grammar (autokernel/gate/static.py) and parent-side
+   judgement are what make such a forgery useless.
+3. The kernel is narrowed by a seccomp filter (autokernel/sandbox/seccomp.py): no ptrace, no signals to anything
+   but the harness itself, no process creation on CPU, no namespaces, mounts, keyrings, bpf, io_uring, non-UNIX
+   sockets.
+4. Isolation is reported (SandboxResult.isolation, e.g. "bwrap+cgroup+seccomp"; "subprocess+nproc" without
+   bubblewrap) and never silently weaker: `sandbox.isolation: required` needs bubblewrap AND cgroup limits AND
+   seccomp; `auto` falls back with a loud warning; preflight() refuses (exit 2) candidates from an untrusted author
+   (an LLM agent, nightly) without full isolation unless the policy says `isolation: none` explicitly.
 - Failures are values, never exceptions: SandboxResult.ok False with reason one of
   sandbox.timeout | sandbox.oom | sandbox.crash | sandbox.error (entry raised: detail = last traceback line) |
   sandbox.no_isolation.
 """
 from __future__ import annotations
 
-import hmac
-import json
 import os
 import secrets
-import select
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-from autokernel.sandbox import bwrap
-from autokernel.sandbox.limits import Cgroup, preexec, process_limit
+from autokernel.sandbox import bwrap, seccomp
+from autokernel.sandbox.channel import LogTail, drain, parse_frame, wait_exit, write_log
+from autokernel.sandbox.limits import MB, Cgroup, preexec, process_limit
 
 if TYPE_CHECKING:  # the harness imports this package: keep pydantic out of its start-up
     from autokernel.policy import Sandbox
 
 REASONS = ("sandbox.timeout", "sandbox.oom", "sandbox.crash", "sandbox.error", "sandbox.no_isolation")
-LOG_NAME = "sandbox.log"  # the child's stdout and stderr (untrusted: the candidate can write it too)
-MAX_RESULT_BYTES = 256 << 20
-_warned = False
+LOG_NAME = "sandbox.log"  # the child's stdout and stderr, written by the parent into job_dir
+FULL = ("bwrap", "cgroup", "seccomp")
+_warned: set[str] = set()
 
 
 @dataclass
@@ -52,18 +79,221 @@ class SandboxResult:
     data: dict = field(default_factory=dict)  # what the entry returned (only when ok)
     job_dir: Path = Path(".")
     wall_s: float = 0.0
-    isolation: str = ""  # "bwrap" or "subprocess", "+" how processes are limited: cgroup | nproc | none
+    isolation: str = ""  # "bwrap" or "subprocess", "+" cgroup | nproc | none, "+seccomp" when filtered
 
 
-def _warn(why: str) -> None:
-    global _warned
-    if not _warned:
-        _warned = True
-        bar = "!" * 100
-        sys.stderr.write(f"{bar}\nWARNING: candidate code runs WITHOUT isolation ({why}).\n"
-                         "It can read your files and network and see other processes. Install bubblewrap "
-                         "(apt-get install bubblewrap), or set sandbox.isolation: required in policies.yaml to "
-                         f"refuse.\n{bar}\n")
+@dataclass
+class _Plan:
+    """How one job is isolated: decided in the parent before anything starts."""
+    bwrap: bool
+    cgroup: Cgroup | None
+    seccomp: bool
+    fork: bool  # process creation allowed inside (CUDA compiles; see Sandbox.fork)
+    missing: list[str]
+
+    def label(self) -> str:
+        parts = ["bwrap" if self.bwrap else "subprocess", process_limit(self.cgroup)]
+        if self.seccomp:
+            parts.append("seccomp")
+        if self.seccomp and self.fork:
+            parts.append("fork")
+        return "+".join(parts)
+
+
+def _allow_fork(limits: Sandbox, gpu: bool) -> bool:
+    mode = getattr(limits, "fork", "auto")
+    return mode == "allow" or (mode == "auto" and gpu)
+
+
+def _plan(limits: Sandbox, gpu: bool) -> _Plan:
+    missing = []
+    why = "sandbox.isolation is 'none'" if limits.isolation == "none" else bwrap.usable()
+    if why:
+        missing.append(why)
+    sec_why = None if why else seccomp.unavailable()
+    if sec_why:
+        missing.append(sec_why)
+    cgroup = Cgroup.create(limits.max_processes, limits.memory_mb * MB)
+    if cgroup is None:
+        missing.append("no cgroup can be created here (run as root or with a delegated cgroup v2 subtree)")
+    return _Plan(why is None, cgroup, why is None and sec_why is None, _allow_fork(limits, gpu), missing)
+
+
+def _warn(missing: list[str]) -> None:
+    key = "; ".join(missing)
+    if key in _warned:
+        return
+    _warned.add(key)
+    bar = "!" * 100
+    sys.stderr.write(f"{bar}\nWARNING: candidate code runs with WEAKER isolation: {key}.\n"
+                     "Without bubblewrap it can read your files, your network and your other processes. Install "
+                     "bubblewrap (apt-get install bubblewrap) and libseccomp2, or set sandbox.isolation: required in "
+                     f"policies.yaml to refuse.\n{bar}\n")
+
+
+def preflight(limits: Sandbox, *, untrusted_author: bool) -> str:
+    """The isolation string jobs will get here (e.g. "bwrap+cgroup+seccomp"); call it BEFORE profiling.
+
+    Raises UserError (exit 2) when `sandbox.isolation: required` and any of bubblewrap, cgroup limits or seccomp is
+    missing, or when the candidates' author is untrusted (an LLM agent, nightly) and isolation is not full, unless
+    the policy opted out explicitly with `sandbox.isolation: none` (then a loud warning)."""
+    from autokernel.errors import UserError
+    plan = _plan(limits, bool(bwrap.gpu_nodes()))
+    if plan.cgroup is not None:
+        plan.cgroup.remove()
+    if not plan.missing:
+        return plan.label()
+    if limits.isolation == "required":
+        raise UserError(f"policies.yaml sandbox.isolation is 'required' but {plan.missing[0]}")
+    if untrusted_author and limits.isolation != "none":
+        raise UserError(f"refusing to run model-written candidates with weak isolation ({plan.label()}): "
+                        f"{plan.missing[0]}; fix that, or set sandbox.isolation: none in policies.yaml to accept it")
+    _warn(plan.missing)
+    return plan.label()
+
+
+def _write_inputs(d: Path, inputs: Mapping[str, Any]) -> None:
+    for name, value in inputs.items():
+        if not name or "/" in name or name in (".", ".."):
+            raise ValueError(f"sandbox input name {name!r} is not a plain file name")
+        if isinstance(value, (bytes, bytearray)):
+            (d / name).write_bytes(value)
+        else:
+            import torch
+            torch.save(value, d / name)
+
+
+def run(entry: str, payload: dict, job_dir: Path, limits: Sandbox, *, inputs: Mapping[str, Any] | None = None,
+        pythonpath: Sequence[Path] = (), ro_paths: Sequence[Path] = (),
+        env: dict[str, str] | None = None) -> SandboxResult:
+    """Run TRUSTED `entry` ("module:function") on `payload` in a fresh sandboxed process; see the module docstring.
+
+    Keyword arguments (all optional): `inputs` files for the read-only input directory, `pythonpath` directories to
+    import from (bound read-only), `ro_paths` more read-only paths (trusted ones only: a model file, a checkout's
+    kernels), `env` overrides of the allowlisted environment (a slot's CUDA_VISIBLE_DEVICES, OMP_NUM_THREADS).
+    """
+    job_dir = Path(job_dir)
+    job_dir.mkdir(parents=True, exist_ok=True)
+    gpu = bool(bwrap.gpu_nodes())
+    plan = _plan(limits, gpu)
+    if plan.missing and limits.isolation == "required":
+        if plan.cgroup is not None:
+            plan.cgroup.remove()
+        return SandboxResult(False, "sandbox.no_isolation", f"{plan.missing[0]}; policies.yaml sandbox.isolation is "
+                             "'required' (install what is missing, or set it to 'auto')", job_dir=job_dir,
+                             isolation=plan.label())
+    if plan.missing:
+        _warn(plan.missing)
+    in_dir = Path(tempfile.mkdtemp(prefix="autokernel-in-"))
+    scratch = None if plan.bwrap else Path(tempfile.mkdtemp(prefix="autokernel-job-"))
+    try:
+        _write_inputs(in_dir, inputs or {})
+        return _execute(entry, payload, job_dir, limits, plan, in_dir, scratch,
+                        [Path(p).resolve() for p in pythonpath], [Path(p) for p in ro_paths], env, gpu)
+    finally:
+        for d in (in_dir, scratch):  # parent-created paths; rmtree never follows a symlink inside them
+            if d is not None:
+                shutil.rmtree(d, ignore_errors=True)
+        if plan.cgroup is not None:
+            plan.cgroup.remove()
+
+
+def _command(plan: _Plan, in_dir: Path, pythonpath: list[Path], ro_paths: list[Path], gpu: bool,
+             limits: Sandbox, seccomp_fd: int | None) -> list[str]:
+    cmd = _harness_cmd([bwrap.PROJECT, *pythonpath])
+    if not plan.bwrap:
+        return cmd
+    disk = int(getattr(limits, "disk_mb", 1024)) * MB
+    return bwrap.argv(in_dir, [*pythonpath, *ro_paths], gpu, disk, seccomp_fd) + cmd
+
+
+def _execute(entry, payload, job_dir, limits, plan, in_dir, scratch, pythonpath, ro_paths, env, gpu):
+    scratch_path = bwrap.SCRATCH if plan.bwrap else str(scratch)
+    child_env = bwrap.env(scratch_path, pythonpath, env)
+    seccomp_fd = seccomp.program_fd(plan.fork) if plan.seccomp else None
+    cmd = _command(plan, in_dir, pythonpath, ro_paths, gpu, limits, seccomp_fd)
+    rfd, wfd = os.pipe()
+    nonce = secrets.token_hex(16).encode()
+    keep = tuple(fd for fd in (wfd, seccomp_fd) if fd is not None)
+    log, chunks = LogTail(), []
+    t0 = time.perf_counter()
+    try:
+        try:
+            proc = subprocess.Popen(cmd + [str(wfd)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT, pass_fds=keep, env=child_env,
+                                    cwd="/" if plan.bwrap else scratch_path, start_new_session=True,
+                                    preexec_fn=preexec(limits, plan.cgroup, rlimit_as=not gpu))
+        except (OSError, subprocess.SubprocessError) as e:
+            return SandboxResult(False, "sandbox.error", f"could not start the sandbox: {e}", job_dir=job_dir,
+                                 isolation=plan.label())
+        for fd in keep:
+            os.close(fd)
+        wfd = seccomp_fd = -1
+        readers = [threading.Thread(target=drain, args=(rfd, chunks), daemon=True),
+                   threading.Thread(target=log.drain, args=(proc.stdout,), daemon=True)]
+        for t in readers:
+            t.start()
+        msg = {"nonce": nonce.decode(), "entry": entry, "payload": payload, "inputs": str(in_dir)}
+        threading.Thread(target=_feed, args=(proc, msg), daemon=True).start()
+        timed_out = not wait_exit(proc, limits.timeout_s)
+        if timed_out:
+            _kill(proc, plan.cgroup)
+            proc.wait()
+        if plan.cgroup is not None:
+            plan.cgroup.kill()  # stragglers that left the process group (setsid) die with the job
+        for t in readers:
+            t.join(timeout=5)
+        wall_s = time.perf_counter() - t0
+        oom = plan.cgroup is not None and plan.cgroup.oom_killed()
+    finally:
+        for fd in (rfd, wfd, seccomp_fd if seccomp_fd is not None else -1):
+            if fd >= 0:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+    write_log(job_dir / LOG_NAME, entry, plan.label(), proc.returncode, log)
+    res = _Outcome(job_dir, wall_s, plan, limits, log)
+    if timed_out:
+        return res(False, "sandbox.timeout", f"no result within {limits.timeout_s:g} s; the job was killed")
+    frame, why = parse_frame(chunks, nonce)
+    if why:
+        return res(False, "sandbox.error", why)
+    if frame is not None:
+        return res.from_frame(frame)
+    return res.from_exit(proc.returncode, oom)
+
+
+class _Outcome:
+    """Builds the SandboxResult of a finished job."""
+
+    def __init__(self, job_dir: Path, wall_s: float, plan: _Plan, limits: Sandbox, log: LogTail):
+        self.job_dir, self.wall_s, self.plan, self.limits, self.log = job_dir, wall_s, plan, limits, log
+
+    def __call__(self, ok: bool, reason: str | None, detail: str, data: dict | None = None) -> SandboxResult:
+        return SandboxResult(ok, reason, detail, data or {}, self.job_dir, self.wall_s, self.plan.label())
+
+    def from_frame(self, frame: dict) -> SandboxResult:
+        if frame["ok"] is True:
+            return self(True, None, "", frame.get("data") if isinstance(frame.get("data"), dict) else {})
+        reason, detail = frame.get("reason"), frame.get("detail")
+        reason = reason if reason in REASONS else "sandbox.error"
+        detail = detail if isinstance(detail, str) else ""
+        if reason == "sandbox.oom":
+            detail += f" (limit {self.limits.memory_mb} MB)"
+        return self(False, reason, detail[:2000])
+
+    def from_exit(self, rc: int, oom: bool) -> SandboxResult:
+        sig = _signal_of(rc, self.plan.bwrap)
+        if oom:
+            return self(False, "sandbox.oom", f"killed by the kernel at the memory limit ({self.limits.memory_mb} MB)")
+        if sig == signal.SIGXCPU:
+            return self(False, "sandbox.timeout", f"CPU-time limit ({self.limits.cpu_s} s) reached")
+        if sig is not None:
+            return self(False, "sandbox.crash", _crash_detail(sig, self.log.lines()))
+        tail = self.log.lines()
+        return self(False, "sandbox.error", f"the harness exited with status {rc} and no result"
+                    + (f": {tail[-1][:300]}" if tail else ""))
 
 
 def _signal_of(rc: int, isolated: bool) -> int | None:
@@ -74,187 +304,32 @@ def _signal_of(rc: int, isolated: bool) -> int | None:
     return None
 
 
-def _log_tail(job_dir: Path, n: int = 8192) -> list[str]:
-    try:
-        with open(job_dir / LOG_NAME, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            f.seek(max(0, f.tell() - n))
-            return [ln.strip() for ln in f.read().decode(errors="replace").splitlines() if ln.strip()]
-    except OSError:
-        return []
-
-
-def _crash_detail(sig: int, job_dir: Path) -> str:
+def _crash_detail(sig: int, lines: list[str]) -> str:
     try:
         name = signal.Signals(sig).name
     except ValueError:
         name = f"signal {sig}"
-    lines = _log_tail(job_dir)
     fatal = next((ln for ln in reversed(lines) if ln.startswith("Fatal Python error")), "")
     where = ""
     if fatal:  # faulthandler prints the innermost frame first, after a "Current thread" header
         after = lines[len(lines) - 1 - lines[::-1].index(fatal):]
         where = next((ln for ln in after if ln.startswith("File ")), "")
-    return "; ".join(x for x in (f"killed by {name}", fatal, where) if x)
-
-
-def _parse(raw: bytes, nonce: bytes) -> tuple[dict | None, str]:
-    """The harness's frame, or (None, why not). Anything but exactly one well-formed frame is tampering."""
-    if not raw:
-        return None, ""
-    head, sep, body = raw.partition(b"\n")
-    if not sep or not hmac.compare_digest(head, nonce):
-        return None, "result channel tampered: data that is not the harness's frame"
-    try:
-        frame = json.loads(body)
-    except ValueError:
-        return None, "result channel tampered: more than one frame, or not JSON"
-    if not isinstance(frame, dict) or "ok" not in frame:
-        return None, "result channel tampered: malformed frame"
-    return frame, ""
-
-
-def run(entry: str, payload: dict, job_dir: Path, limits: Sandbox, *, pythonpath: Sequence[Path] = (),
-        ro_paths: Sequence[Path] = (), rw_paths: Sequence[Path] = (),
-        env: dict[str, str] | None = None) -> SandboxResult:
-    """Run TRUSTED `entry` ("module:function") on `payload` in a fresh sandboxed process; see the module docstring.
-
-    Keyword arguments (all optional): `pythonpath` directories to import from (bound read-only), `ro_paths` more
-    read-only paths, `rw_paths` more writable paths (a slot's Triton cache), `env` overrides of the allowlisted
-    environment (a slot's CUDA_VISIBLE_DEVICES, TRITON_CACHE_DIR, OMP_NUM_THREADS).
-    """
-    job_dir = Path(job_dir).resolve()
-    job_dir.mkdir(parents=True, exist_ok=True)
-    pythonpath = [Path(p).resolve() for p in pythonpath]
-    why = "sandbox.isolation is 'none'" if limits.isolation == "none" else bwrap.usable()
-    if why and limits.isolation == "required":
-        return SandboxResult(False, "sandbox.no_isolation", f"{why}; policies.yaml sandbox.isolation is 'required' "
-                             "(install bubblewrap, or set it to 'auto')", job_dir=job_dir, isolation="none")
-    isolated = why is None
-    if not isolated:
-        _warn(why)
-    gpu = bool(bwrap.gpu_nodes())
-    child_env = bwrap.env(job_dir, pythonpath, env)
-    cmd = _harness_cmd([bwrap.PROJECT, *pythonpath])
-    cgroup = Cgroup.create(limits.max_processes, limits.memory_mb << 20)
-    isolation = ("bwrap" if isolated else "subprocess") + "+" + process_limit(cgroup)
-    rfd, wfd = os.pipe()
-    nonce = secrets.token_hex(16).encode()
-    t0 = time.perf_counter()
-    try:
-        if isolated:
-            cmd = bwrap.argv(job_dir, [*pythonpath, *map(Path, ro_paths)], list(map(Path, rw_paths)), gpu) + cmd
-        with open(job_dir / LOG_NAME, "ab") as log:
-            try:
-                proc = subprocess.Popen(cmd + [str(wfd)], stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
-                                        pass_fds=(wfd,), env=child_env, cwd=job_dir, start_new_session=True,
-                                        preexec_fn=preexec(limits, cgroup, rlimit_as=not gpu))
-            except (OSError, subprocess.SubprocessError) as e:
-                return SandboxResult(False, "sandbox.error", f"could not start the sandbox: {e}", job_dir=job_dir,
-                                     isolation=isolation)
-        os.close(wfd)
-        wfd = -1
-        chunks: list[bytes] = []
-        reader = threading.Thread(target=_drain, args=(rfd, chunks), daemon=True)
-        reader.start()
-        msg = json.dumps({"nonce": nonce.decode(), "entry": entry, "payload": payload, "job_dir": str(job_dir)})
-        threading.Thread(target=_feed, args=(proc, msg.encode()), daemon=True).start()
-        timed_out = not _wait(proc, limits.timeout_s)
-        if timed_out:
-            _kill(proc, cgroup)
-            proc.wait()
-        if cgroup is not None:
-            cgroup.kill()  # stragglers that left the process group (setsid) die with the job
-        reader.join(timeout=5)
-        wall_s = time.perf_counter() - t0
-        frame, tampered = _parse(b"".join(chunks), nonce)
-        oom = cgroup is not None and cgroup.oom_killed()
-    finally:
-        for fd in (rfd, wfd):
-            if fd >= 0:
-                try:
-                    os.close(fd)
-                except OSError:
-                    pass
-        if cgroup is not None:
-            cgroup.remove()
-
-    def res(ok: bool, reason: str | None, detail: str, data: dict | None = None) -> SandboxResult:
-        return SandboxResult(ok, reason, detail, data or {}, job_dir, wall_s, isolation)
-
-    if timed_out:
-        return res(False, "sandbox.timeout", f"no result within {limits.timeout_s:g} s; the job was killed")
-    if tampered:
-        return res(False, "sandbox.error", tampered)
-    if frame is not None:
-        if frame["ok"]:
-            return res(True, None, "", frame.get("data") or {})
-        reason, detail = frame.get("reason", "sandbox.error"), str(frame.get("detail", ""))
-        if reason == "sandbox.oom":
-            detail += f" (limit {limits.memory_mb} MB)"
-        return res(False, reason if reason in REASONS else "sandbox.error", detail)
-    sig = _signal_of(proc.returncode, isolated)
-    if oom:
-        return res(False, "sandbox.oom", f"killed by the kernel at the memory limit ({limits.memory_mb} MB)")
-    if sig == signal.SIGXCPU:
-        return res(False, "sandbox.timeout", f"CPU-time limit ({limits.cpu_s} s) reached")
-    if sig is not None:
-        return res(False, "sandbox.crash", _crash_detail(sig, job_dir))
-    tail = _log_tail(job_dir)
-    return res(False, "sandbox.error", f"the harness exited with status {proc.returncode} and no result"
-               + (f": {tail[-1][:300]}" if tail else ""))
-
-
-def _drain(fd: int, chunks: list[bytes]) -> None:
-    """Read the channel to EOF; past MAX_RESULT_BYTES keep reading (so the writer never blocks) but keep nothing."""
-    n = 0
-    while True:
-        try:
-            b = os.read(fd, 1 << 16)
-        except OSError:
-            return
-        if not b:
-            return
-        n += len(b)
-        if n > MAX_RESULT_BYTES:
-            chunks[:] = [b"oversized result"]
-        else:
-            chunks.append(b)
+    return "; ".join(x for x in (f"killed by {name}", fatal[:300], where[:300]) if x)
 
 
 def _harness_cmd(paths: list[Path]) -> list[str]:
-    """`python -I` runs the harness file itself: no PYTHON* variables, and neither the working directory (the
-    writable job_dir, where an earlier candidate could have left a json.py) nor user site-packages on sys.path; and
-    not `-m`, which would import this package (pydantic and all) into every job's start-up."""
+    """`python -I -B` runs the harness file itself: no PYTHON* variables (so -B, not PYTHONDONTWRITEBYTECODE, keeps
+    __pycache__ out of the project in the fallback), and neither the working directory nor user site-packages on
+    sys.path; and not `-m`, which would import this package (pydantic and all) into every job's start-up."""
     boot = (f"import runpy, sys; sys.path[:0] = {[str(p) for p in paths]!r}; "
             f"runpy.run_path({str(Path(__file__).with_name('child.py'))!r}, run_name='__main__')")
-    return [sys.executable, "-I", "-c", boot]
+    return [sys.executable, "-I", "-B", "-c", boot]
 
 
-def _wait(proc: subprocess.Popen, timeout_s: float) -> bool:
-    """Wait for the child's exit; False on timeout. A pidfd wakes us at the exit itself (Popen.wait(timeout) polls
-    with sleeps of up to 50 ms, a fifth of a no-op job's whole cost)."""
+def _feed(proc: subprocess.Popen, msg: dict) -> None:
+    import json
     try:
-        fd = os.pidfd_open(proc.pid)
-    except (AttributeError, OSError):
-        try:
-            proc.wait(timeout=timeout_s)
-            return True
-        except subprocess.TimeoutExpired:
-            return False
-    try:
-        ready, _, _ = select.select([fd], [], [], timeout_s)
-    finally:
-        os.close(fd)
-    if not ready:
-        return False
-    proc.wait()
-    return True
-
-
-def _feed(proc: subprocess.Popen, msg: bytes) -> None:
-    try:
-        proc.stdin.write(msg)
+        proc.stdin.write(json.dumps(msg).encode())
         proc.stdin.close()
     except (BrokenPipeError, OSError, ValueError):
         pass
@@ -271,4 +346,4 @@ def _kill(proc: subprocess.Popen, cgroup: Cgroup | None) -> None:
 
 from autokernel.sandbox.slots import default_slots, run_many  # noqa: E402  (re-exported: the parallel helper)
 
-__all__ = ["REASONS", "SandboxResult", "default_slots", "run", "run_many"]
+__all__ = ["REASONS", "SandboxResult", "default_slots", "preflight", "run", "run_many"]

@@ -2,9 +2,15 @@
 
 What the candidate sees: the system's /usr (and /bin, /lib... or their merged-usr symlinks), a handful of /etc files
 the loader and compilers need, the Python installation and virtualenv, the project's `autokernel/` and `kernels/`
-packages (not the repository: no .git, .env or policies), all read-only; its own job directory read-write; a private
-/tmp; a minimal /dev (plus the NVIDIA device nodes where they exist); its own /proc; no network (a new, empty network
-namespace), no other processes (a new pid namespace), no capabilities, and an environment built from an allowlist.
+packages (not the repository: no .git, .env, policies or sandbox/ evidence), the job's input directory, all
+read-only; a private, size-limited tmpfs on /tmp (its only writable place: the job's scratch directory, HOME, TMPDIR
+and Triton cache live in it, and it vanishes with the job); a minimal, read-only /dev (plus the NVIDIA device nodes
+where they exist); its own /proc; a read-only root; no network (a new, empty network namespace), no other processes
+(a new pid namespace), no capabilities, a seccomp filter (autokernel/sandbox/seccomp.py) and an environment built
+from an allowlist.
+
+Order matters: the private /tmp is mounted FIRST and everything else is bound on top of it. A checkout or venv that
+lives under /tmp (CI clones do) is then bound into the new /tmp instead of being hidden by it.
 """
 from __future__ import annotations
 
@@ -26,6 +32,7 @@ ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "passwd", "group", "ns
 ENV_PASSTHROUGH = ("LANG", "LC_ALL", "TZ", "TRITON_INTERPRET", "CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH",
                    "TRITON_LIBCUDA_PATH", "TRITON_PTXAS_PATH", "CUDA_HOME", "OMP_NUM_THREADS")
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
+SCRATCH = "/tmp/autokernel-job"  # the job's working directory inside the sandbox (in the size-limited /tmp)
 
 
 def gpu_nodes() -> list[str]:
@@ -33,17 +40,20 @@ def gpu_nodes() -> list[str]:
     return sorted(glob.glob("/dev/nvidia*") + glob.glob("/dev/nvidia-caps/*"))
 
 
-def env(job_dir: Path, pythonpath: list[Path], overrides: dict[str, str] | None = None) -> dict[str, str]:
-    """The child's whole environment: an allowlist, never a copy of ours with secrets removed."""
+def env(scratch: str, pythonpath: list[Path], overrides: dict[str, str] | None = None) -> dict[str, str]:
+    """The child's whole environment: an allowlist, never a copy of ours with secrets removed. Every cache and
+    temporary path points into the job's own scratch directory, which no other job sees."""
     out = {k: os.environ[k] for k in ENV_PASSTHROUGH if k in os.environ}
     out.update({
         "PATH": os.pathsep.join(dict.fromkeys([str(Path(sys.executable).parent), DEFAULT_PATH])),
-        "HOME": str(job_dir),
-        "TMPDIR": "/tmp",
+        "HOME": scratch,
+        "TMPDIR": scratch,
         "PYTHONPATH": os.pathsep.join(str(p) for p in [PROJECT, *pythonpath]),
         "PYTHONDONTWRITEBYTECODE": "1",
         "PYTHONNOUSERSITE": "1",
-        "TRITON_CACHE_DIR": str(job_dir / ".triton"),
+        "TRITON_CACHE_DIR": f"{scratch}/.triton",
+        "TORCHINDUCTOR_CACHE_DIR": f"{scratch}/.inductor",
+        "XDG_CACHE_HOME": f"{scratch}/.cache",
     })
     # torch starts one thread per core, and max_processes counts threads: 16 keeps a big host under the limit.
     out.setdefault("OMP_NUM_THREADS", str(min(os.cpu_count() or 1, 16)))
@@ -62,10 +72,13 @@ def _python_dirs() -> list[str]:
     return roots
 
 
-def argv(job_dir: Path, ro_paths: list[Path], rw_paths: list[Path], gpu: bool) -> list[str]:
-    """bwrap's arguments up to and including `--`; the command follows."""
+def argv(inputs: Path | None, ro_paths: list[Path], gpu: bool, disk_bytes: int,
+         seccomp_fd: int | None) -> list[str]:
+    """bwrap's arguments up to and including `--`; the command follows. `inputs` is bound read-only at its own
+    path; nothing of the host is writable."""
     a = [shutil.which("bwrap") or "bwrap", "--unshare-all", "--die-with-parent", "--new-session",
-         "--cap-drop", "ALL"]
+         "--cap-drop", "ALL",
+         "--size", str(disk_bytes), "--tmpfs", "/tmp", "--dir", SCRATCH]  # first: see the module docstring
     for d in SYSTEM_DIRS:
         if os.path.islink(d):
             a += ["--symlink", os.readlink(d), d]
@@ -80,29 +93,34 @@ def argv(job_dir: Path, ro_paths: list[Path], rw_paths: list[Path], gpu: bool) -
             a += ["--ro-bind", d, d]
     for pkg in PROJECT_PACKAGES:
         a += ["--ro-bind", str(PROJECT / pkg), str(PROJECT / pkg)]
-    for p in ro_paths:
+    for p in [*ro_paths, *([inputs] if inputs is not None else [])]:
         a += ["--ro-bind", str(p), str(p)]
-    a += ["--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
+    a += ["--dev", "/dev", "--proc", "/proc"]
     if gpu:
         for n in gpu_nodes():
             a += ["--dev-bind", n, n]
         a += ["--ro-bind", "/sys", "/sys"]  # the CUDA driver reads PCI topology and NUMA nodes here
-    for p in [job_dir, *rw_paths]:  # after --tmpfs /tmp, so that a job_dir under /tmp stays the real one
-        a += ["--bind", str(p), str(p)]
-    return a + ["--chdir", str(job_dir), "--"]
+    a += ["--remount-ro", "/dev", "--remount-ro", "/"]  # /dev/shm and the root would be unmetered tmpfs otherwise
+    if seccomp_fd is not None:
+        a += ["--seccomp", str(seccomp_fd)]
+    return a + ["--chdir", SCRATCH, "--"]
 
 
 @functools.lru_cache(maxsize=1)
 def usable() -> str | None:
-    """None if bubblewrap can build our sandbox here, else why not (missing, or user namespaces refused)."""
+    """None if bubblewrap can build our sandbox here, else why not (missing, or user namespaces refused). The probe
+    uses the real argument list (the same binds, in the same order), so whatever would hide the interpreter or the
+    project from a job (a checkout under /tmp, say) fails here too instead of in every job."""
     if shutil.which("bwrap") is None:
         return "bubblewrap (bwrap) is not installed"
     with tempfile.TemporaryDirectory(prefix="autokernel-probe-") as d:
-        cmd = argv(Path(d), [], [], gpu=False) + [sys.executable, "-c", "pass"]
+        cmd = argv(Path(d), [], gpu=False, disk_bytes=1 << 20, seccomp_fd=None)
+        cmd += [sys.executable, "-I", "-B", "-c", f"import os, sys; sys.path[:0] = [{str(PROJECT)!r}]; import autokernel; "
+                f"assert os.path.isfile({str(PROJECT / 'kernels' / '__init__.py')!r}) and os.path.isdir({d!r})"]
         try:
-            p = subprocess.run(cmd, capture_output=True, timeout=30, env=env(Path(d), []))
+            p = subprocess.run(cmd, capture_output=True, timeout=30, env=env(SCRATCH, []))
         except (OSError, subprocess.TimeoutExpired) as e:
             return f"bwrap failed to start: {e}"
     if p.returncode != 0:
-        return f"bwrap cannot create a sandbox here: {p.stderr.decode(errors='replace').strip()[:300]}"
+        return f"bwrap cannot create a sandbox here: {p.stderr.decode(errors='replace').strip()[-300:]}"
     return None

@@ -1,18 +1,22 @@
-"""The trusted harness inside the sandbox, run as a file (`python -I -c "...run_path(child.py)" FD`, see run()).
+"""The trusted harness inside the sandbox, run as a file (`python -I -B -c "...run_path(child.py)" FD`, see run()).
 
-It reads {nonce, entry, payload, job_dir} from stdin (never argv or the environment, which any process in the sandbox
-can read from /proc), calls the entry, and writes exactly one frame, "<nonce>\\n<json>", to the inherited pipe FD.
-The candidate's stdout/stderr go to a log file, never to that pipe, and the FD is not inherited by anything the
-candidate spawns. The parent accepts the frame only if it is the only thing on the pipe and starts with the nonce.
+It reads {nonce, entry, payload, inputs} from stdin (never argv or the environment, which any process in the sandbox
+can read from /proc), imports the entry's module, binds `torch.save`, calls entry(payload, inputs) and writes exactly
+one frame to the inherited pipe FD: nonce, 8-byte length, then the torch.save bytes of {"ok", "data" | "reason",
+"detail"}. The parent loads it with torch.load(weights_only=True): tensors, numbers, strings and containers only,
+nothing that runs code. The candidate's stdout/stderr go to a different pipe, never to this one, and the FD is not
+inherited by anything the candidate executes.
 
-What this stops: forging by output (prints, writes to fds or files, exiting early with a fake result) and by
-replacing what the harness uses after the entry returns (json, os.write, this module's globals: main() binds its
-encoder, writer and nonce as locals before the entry runs).
+What the nonce and the early binding stop: forging by output (prints, writes to fds, exiting early with a fake frame)
+and by replacing what the harness uses after the entry returns (torch.save, os.write, this module's globals: main()
+binds them as locals before the entry runs).
 
-Residual risk, stated plainly: the candidate runs in this process, so code that introspects the harness (frames,
-gc, ctypes) can read the nonce and write a frame of its own, or change the entry's result before it is returned.
-Introspection is the static gate's ban list (SHORTCUTS.md #18); timings that are too good are caught by the
-roofline and 10x checks in the parent (#22).
+What they do NOT stop, stated plainly: the candidate runs in this process, so code that introspects the harness
+(frames, gc, ctypes) can read the nonce and the FD from main()'s locals and write a frame of its own, or change the
+entry's result before it is returned. That is why the frame carries only RAW data (outputs, timings, observations)
+and every judgement is made in the parent from data it generated itself: a forged frame can at most report raw data
+the candidate could have produced anyway, and the static grammar (autokernel/gate/static.py) keeps introspection out
+of candidate files in the first place.
 """
 from __future__ import annotations
 
@@ -26,6 +30,7 @@ import traceback
 from pathlib import Path
 
 SELF = "autokernel.sandbox.child"  # this file's module name (it runs as __main__)
+MAX_DEPTH = 32  # nesting of the returned data
 
 
 def _last_line(e: BaseException) -> str:
@@ -40,23 +45,45 @@ def _is_oom(e: BaseException) -> bool:
     return "can't allocate memory" in msg or "out of memory" in msg
 
 
-def _call(entry: str, payload: dict, job_dir: Path) -> dict:
+def _plain(obj, tensor_type, depth: int = 0) -> str | None:
+    """None if `obj` is made only of what the parent's weights_only load accepts, else where it is not."""
+    if depth > MAX_DEPTH:
+        return "nested too deeply"
+    if obj is None or type(obj) in (bool, int, float, str, bytes) or type(obj) is tensor_type:
+        return None
+    if type(obj) in (list, tuple):
+        return next((w for w in (_plain(x, tensor_type, depth + 1) for x in obj) if w), None)
+    if type(obj) is dict:
+        for k, v in obj.items():
+            if type(k) not in (str, int):
+                return f"a {type(k).__name__} key"
+            w = _plain(v, tensor_type, depth + 1)
+            if w:
+                return w
+        return None
+    return f"a {type(obj).__module__}.{type(obj).__qualname__}"
+
+
+def _fail(reason: str, detail: str) -> dict:
+    return {"ok": False, "reason": reason, "detail": detail}
+
+
+def _call(fn, entry: str, payload: dict, inputs: Path, tensor_type) -> dict:
     try:
-        mod, _, fn = entry.partition(":")
-        # This file runs as __main__; importing it again by name would import the whole autokernel.sandbox package.
-        module = sys.modules["__main__"] if mod == SELF else importlib.import_module(mod)
-        data = getattr(module, fn)(payload, job_dir)
-        if not isinstance(data, dict):
-            return {"ok": False, "reason": "sandbox.error", "detail": f"{entry} returned {type(data).__name__}, "
-                                                                      "not a dict"}
-        json.dumps(data)
+        data = fn(payload, inputs)
+        if type(data) is not dict:
+            return _fail("sandbox.error", f"{entry} returned {type(data).__name__}, not a dict")
+        why = _plain(data, tensor_type)
+        if why:
+            return _fail("sandbox.error", f"{entry} returned {why}: only tensors, numbers, strings and containers "
+                                          "cross the channel")
         return {"ok": True, "data": data}
     except BaseException as e:  # noqa: BLE001 -- SystemExit and KeyboardInterrupt from candidate code are failures too
         traceback.print_exc()
-        return {"ok": False, "reason": "sandbox.oom" if _is_oom(e) else "sandbox.error", "detail": _last_line(e)}
+        return _fail("sandbox.oom" if _is_oom(e) else "sandbox.error", _last_line(e))
 
 
-def ping(payload: dict, job_dir: Path) -> dict:
+def ping(payload: dict, inputs: Path) -> dict:
     """A no-op entry (after importing payload["import"] modules): the sandbox's own start-up cost, measured by
     benchmarks/sandbox_overhead.py."""
     for name in payload.get("import", []):
@@ -64,22 +91,18 @@ def ping(payload: dict, job_dir: Path) -> dict:
     return {"pong": True}
 
 
-def _json_encoder():
-    """A C-level JSON encoder built now: json.dumps looks its helpers up in patchable module globals at call time
-    (json._default_encoder, json.encoder.c_make_encoder), this one has none left to look up."""
-    from _json import encode_basestring_ascii, make_encoder
-
-    def default(o):
-        raise TypeError(f"{type(o).__name__} is not JSON serializable")
-    enc = make_encoder({}, default, encode_basestring_ascii, None, ": ", ", ", False, False, True)
-    return lambda obj: "".join(enc(obj, 0))
+def _entry(entry: str):
+    """The entry's function; its (trusted) module is imported before any candidate code runs."""
+    mod, _, fn = entry.partition(":")
+    # This file runs as __main__; importing it again by name would import the whole autokernel.sandbox package.
+    module = sys.modules["__main__"] if mod == SELF else importlib.import_module(mod)
+    return getattr(module, fn)
 
 
 def main() -> None:
-    # Everything used after the entry returns is bound here, as locals: the candidate runs inside the entry and
-    # could replace json.dumps, os.write or this module's globals, but not a running frame's locals (short of the
-    # introspection the static gate bans).
-    encode, write, exit_, fd = _json_encoder(), os.write, os._exit, int(sys.argv[1])
+    # Everything used after the entry returns is bound here, as locals, before any candidate code runs (see the module
+    # docstring for what this does and does not stop).
+    write, exit_, fd = os.write, os._exit, int(sys.argv[1])
     os.set_inheritable(fd, False)
     msg = json.loads(sys.stdin.buffer.read())
     nonce = msg.pop("nonce").encode()
@@ -87,18 +110,30 @@ def main() -> None:
     os.dup2(devnull, 0)
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # an oversized write raises OSError(EFBIG) instead of killing us
     faulthandler.enable()  # a segfault leaves its Python traceback in the log the parent quotes
-    frame = _call(msg["entry"], msg["payload"], Path(msg["job_dir"]))
+    import io
+
+    import torch
+    save, buffer, tensor_type = torch.save, io.BytesIO, torch.Tensor
     try:
-        body = encode(frame).encode()
-    except (TypeError, ValueError, RecursionError) as e:
-        body = encode({"ok": False, "reason": "sandbox.error", "detail": f"result is not JSON: {e}"}).encode()
-    out = nonce + b"\n" + body
+        fn = _entry(msg["entry"])
+    except BaseException as e:  # noqa: BLE001 -- a broken entry is the harness's failure, reported as one
+        frame = _fail("sandbox.error", f"entry {msg['entry']}: {_last_line(e)}")
+    else:
+        frame = _call(fn, msg["entry"], msg["payload"], Path(msg["inputs"]), tensor_type)
+    buf = buffer()
+    try:
+        save(frame, buf)
+    except Exception as e:  # noqa: BLE001 -- e.g. a tensor whose storage cannot be serialised
+        buf = buffer()
+        save(_fail("sandbox.error", f"result could not be serialised: {_last_line(e)}"), buf)
+    body = buf.getvalue()
+    out = nonce + len(body).to_bytes(8, "big") + body
     while out:
         out = out[write(fd, out):]
     try:
         sys.stdout.flush()
         sys.stderr.flush()
-    except (OSError, ValueError):  # a full log (RLIMIT_FSIZE) must not cost the result already sent
+    except (OSError, ValueError):
         pass
     exit_(0)  # no atexit handlers or lingering threads of the candidate's
 

@@ -1,7 +1,8 @@
 """Run several sandboxed jobs at once: one slot per GPU (pinned with CUDA_VISIBLE_DEVICES), else one per core.
 
-Each job gets its own Triton cache inside its job_dir (run() sets TRITON_CACHE_DIR there), not one per slot: a
-cache shared by consecutive jobs of a slot would let one candidate plant compiled kernels that the next job loads.
+Each job gets its own Triton cache inside its own private scratch directory (run() sets TRITON_CACHE_DIR there), never
+one per slot: a writable cache shared by consecutive jobs would let one candidate plant compiled kernels (for the
+incumbent's kernel, say) that the next job loads.
 """
 from __future__ import annotations
 
@@ -45,19 +46,22 @@ def default_slots(limits: Sandbox) -> list[Slot]:
     return [Slot(i, {"OMP_NUM_THREADS": threads}) for i in range(n)]
 
 
-def run_many(jobs: Sequence[tuple[str, dict, Path]], limits: Sandbox, *, slots: Sequence[Slot] | None = None,
+def run_many(jobs: Sequence[tuple], limits: Sandbox, *, slots: Sequence[Slot] | None = None,
              pythonpath: Sequence[Path] = ()) -> list:
-    """Run (entry, payload, job_dir) jobs on free slots, at most one job per slot at a time; results in job order."""
+    """Run (entry, payload, job_dir[, inputs]) jobs on free slots, at most one job per slot at a time; results in
+    job order."""
     from autokernel.sandbox import run
     slots = list(slots or default_slots(limits))
     free: queue.Queue[Slot] = queue.Queue()
     for s in slots:
         free.put(s)
 
-    def one(job: tuple[str, dict, Path]):
+    def one(job: tuple):
+        entry, payload, job_dir, *rest = job
         slot = free.get()
         try:
-            return run(*job, limits, pythonpath=pythonpath, env=slot.env)
+            return run(entry, payload, job_dir, limits, inputs=rest[0] if rest else None, pythonpath=pythonpath,
+                       env=slot.env)
         finally:
             free.put(slot)
 
