@@ -183,6 +183,24 @@ CHEATERS = {
         def rmsnorm(x, weight, eps):
             return x
     """,
+    # 4c: damage the incumbent's outputs in a shared process (its launcher allocates NaNs and launches nothing), so a
+    # harness that shares the process blames the incumbent (exit 2, the agent session ends); itself wrong too
+    "saboteur": """
+        import sys, torch
+        class _Nan:
+            def __getattr__(self, name):
+                if name == "empty":
+                    return lambda *a, **k: torch.full(a[0], float("nan"), dtype=k.get("dtype"), device=k.get("device"))
+                return getattr(torch, name)
+        class _NoLaunch:
+            def __getitem__(self, grid):
+                return lambda *a, **k: None
+        for _m in list(sys.modules.values()):
+            if _m is not None and getattr(_m, "rmsnorm_kernel", None) is not None:
+                _m.torch, _m.rmsnorm_kernel = _Nan(), _NoLaunch()
+        def rmsnorm(x, weight, eps):
+            return x * weight
+    """,
     "wrong": """
         def rmsnorm(x, weight, eps):
             return x * weight
@@ -196,6 +214,7 @@ CHEATERS = {
 EXPECTED = {"replay": "bench.mismatch", "side_thread": "bench.tampered", "patch_timer": "bench.tampered",
             "patch_harness": "bench.tampered", "sometimes_wrong": "bench.mismatch",
             "hog": ("bench.error", "bench.tampered"),  # EPERM from seccomp at import, or the watcher
+            "saboteur": "bench.mismatch",
             "wrong": "bench.mismatch", "raises": "bench.error", "no_launcher": "bench.error"}
 
 
