@@ -1,12 +1,13 @@
 """The Anthropic provider through the real `anthropic` SDK against a local server speaking the Messages API (SSE)."""
 import json
+import time
 
 import pytest
 from agent_helpers import CHEAT, GOOD, StubEvaluator
-from fake_llm_api import Call, FakeAPI, anthropic_turn, raw, status
+from fake_llm_api import Call, FakeAPI, anthropic_turn, dropped, raw, stalled, status
 
 from autokernel.agent.loop import Session
-from autokernel.agent.providers import AnthropicModel, to_anthropic
+from autokernel.agent.providers import AnthropicModel, preflight, to_anthropic
 from autokernel.errors import UserError
 from autokernel.policy import Agent
 
@@ -105,7 +106,7 @@ def test_server_error_after_retries_is_a_model_error(tmp_path, rmsnorm_prompt, k
     with FakeAPI([status(500, "boom")] * 3) as api:
         result, ev, t = session(api, rmsnorm_prompt, tmp_path, max_retries=2)
     assert result.status == "model_error" and "HTTP 500" in result.detail and "after 2 retries" in result.detail
-    assert len(api.requests) == 3
+    assert len(api.requests) == 3 and result.error == result.detail and t["error"] == result.error
 
 
 def test_token_budget_stops_mid_session(tmp_path, rmsnorm_prompt, keys):
@@ -160,3 +161,73 @@ def test_neutral_messages_convert_to_anthropic():
     assert [m["role"] for m in out] == ["user", "assistant", "user"]
     assert out[1]["content"][1]["input"] == {"_raw": '{"source": "trunc'}  # malformed JSON replayed as-is
     assert [b["type"] for b in out[2]["content"]] == ["tool_result", "tool_result", "text"]
+
+
+# --- real servers break: dropped streams, stalls, cut-off replies, malformed tool input, bad settings -------------
+
+
+def test_a_stream_dropped_mid_reply_is_retried(tmp_path, rmsnorm_prompt, keys):
+    submit = anthropic_turn("Trying more warps.", [Call("submit_candidate", {"source": GOOD})])
+    script = [dropped(submit, after_events=5), submit, anthropic_turn("", [Call("finish", {})])]
+    with FakeAPI(script) as api:
+        result, ev, t = session(api, rmsnorm_prompt, tmp_path)
+    assert result.status == "finished" and result.best.source == GOOD and ev.calls == [GOOD]
+    assert len(api.requests) == 3 and result.error is None
+
+
+@pytest.mark.parametrize("ping_s", [None, 0.2], ids=["silent", "keep-alive"])
+def test_a_stalled_stream_is_abandoned_at_the_wall_clock_deadline(tmp_path, rmsnorm_prompt, keys, ping_s):
+    script = [stalled(anthropic_turn("", [Call("submit_candidate", {"source": GOOD})]), stall_s=30, ping_s=ping_s,
+                      after_events=3)]
+    t0 = time.monotonic()
+    with FakeAPI(script) as api:
+        result, ev, t = session(api, rmsnorm_prompt, tmp_path, policy=Agent(max_wall_s=2.0))
+    assert time.monotonic() - t0 < 6.0 and len(api.requests) == 1
+    assert result.status == "limit" and "during a model call" in result.detail and result.error is None
+
+
+def test_tool_input_that_is_not_json_keeps_its_text_and_gets_the_openai_error(tmp_path, rmsnorm_prompt, keys):
+    """The SDK's partial-JSON parser made '{"source": "import triton\\n' into {} ("needs source"); the raw text is
+    kept, answered as OpenAI's is, replayed as sent, and the model's next try is evaluated."""
+    bad = '{"source": "import triton\\n'
+    script = [anthropic_turn("", [Call("submit_candidate", bad)]),
+              anthropic_turn("", [Call("submit_candidate", {"source": GOOD})]),
+              anthropic_turn("", [Call("finish", {})])]
+    with FakeAPI(script) as api:
+        result, ev, t = session(api, rmsnorm_prompt, tmp_path)
+    assistant = [m for m in t["messages"] if m["role"] == "assistant"]
+    assert assistant[0]["tool_calls"][0]["arguments"] == bad
+    answer = api.requests[1].body["messages"][-1]["content"][0]
+    assert answer["type"] == "tool_result"
+    assert answer["content"].startswith("error: the arguments of submit_candidate are not a JSON object")
+    assert api.requests[1].body["messages"][-2]["content"][0]["input"] == {"_raw": bad}
+    assert result.status == "finished" and result.submitted == 1 and ev.calls == [GOOD]
+
+
+def test_a_reply_cut_at_the_output_limit_with_a_tool_call_gets_the_cut_off_reply(tmp_path, rmsnorm_prompt, keys):
+    script = [anthropic_turn("", [Call("submit_candidate", '{"source": "import triton\\nimport tor')],
+                             stop_reason="max_tokens"),
+              anthropic_turn("", [Call("finish", {})])]
+    with FakeAPI(script) as api:
+        result, ev, t = session(api, rmsnorm_prompt, tmp_path)
+    answer = api.requests[1].body["messages"][-1]["content"][0]
+    assert answer["content"].startswith("Your reply was cut off at the output-token limit")
+    assert result.submitted == 0 and ev.calls == []
+
+
+def test_preflight_checks_key_and_base_url(monkeypatch, keys):
+    with FakeAPI([]) as api:
+        preflight("anthropic", "claude-test", base_url=api.base_url)
+        assert api.requests[0].path.startswith("/v1/models")
+        h = api.requests[0].headers
+        assert "sk-ant-test" in (h.get("x-api-key") or h.get("authorization") or "")  # the key was sent
+    refused = raw(json.dumps({"type": "error", "error": {"type": "authentication_error",
+                                                         "message": "invalid x-api-key"}}).encode(), code=401)
+    with FakeAPI([], models_reply=refused) as api:
+        with pytest.raises(UserError, match="refused the API key .HTTP 401.: check ANTHROPIC_API_KEY"):
+            preflight("anthropic", "claude-test", base_url=api.base_url)
+    with pytest.raises(UserError, match="cannot reach http://127.0.0.1:9"):
+        preflight("anthropic", base_url="http://127.0.0.1:9")
+    monkeypatch.delenv("ANTHROPIC_API_KEY")
+    with pytest.raises(UserError, match="set ANTHROPIC_API_KEY"):
+        preflight("anthropic", base_url="http://127.0.0.1:9")  # the key is checked first, with no request

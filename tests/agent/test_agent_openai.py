@@ -1,13 +1,14 @@
 """The OpenAI provider through the real `openai` SDK against a local server speaking Chat Completions (SSE chunks
 with tool-call deltas), as api.openai.com and the OpenAI-compatible servers (vLLM, SGLang, Ollama, llama.cpp) do."""
 import json
+import time
 
 import pytest
 from agent_helpers import CHEAT, GOOD, StubEvaluator
-from fake_llm_api import Call, FakeAPI, openai_turn, raw, status
+from fake_llm_api import Call, FakeAPI, dropped, openai_turn, raw, stalled, status
 
 from autokernel.agent.loop import Session
-from autokernel.agent.providers import OpenAIModel, to_openai
+from autokernel.agent.providers import OpenAIModel, preflight, to_openai
 from autokernel.errors import UserError
 from autokernel.policy import Agent
 
@@ -135,3 +136,80 @@ def test_neutral_messages_convert_to_openai():
     assert out[2] == {"role": "assistant", "content": None, "tool_calls": [
         {"id": "a", "type": "function", "function": {"name": "finish", "arguments": "{}"}}]}
     assert out[3] == {"role": "tool", "tool_call_id": "a", "content": "ok"}
+
+
+# --- real servers break: dropped streams, stalls, cut-off replies, 5xx, bad settings ------------------------------
+
+
+def test_a_stream_dropped_mid_reply_is_retried(tmp_path, rmsnorm_prompt, keys):
+    submit = openai_turn("", [Call("submit_candidate", {"source": GOOD})])
+    script = [dropped(submit, after_events=4), submit, openai_turn("", [Call("finish", {})])]
+    with FakeAPI(script) as api:
+        result, ev, t, m = session(api, rmsnorm_prompt, tmp_path)
+    assert result.status == "finished" and result.best.source == GOOD and ev.calls == [GOOD]
+    assert len(api.requests) == 3 and result.error is None
+
+
+def test_a_server_that_keeps_dropping_streams_is_unavailable_not_unreachable(tmp_path, rmsnorm_prompt, keys):
+    broken = dropped(openai_turn("", [Call("submit_candidate", {"source": GOOD})]), after_events=2)
+    with FakeAPI([broken] * 3) as api:
+        result, ev, t, m = session(api, rmsnorm_prompt, tmp_path, max_retries=2)
+    assert result.status == "model_error" and len(api.requests) == 3
+    assert "broke off 3 replies in a row" in result.error and "cannot reach" not in result.error
+
+
+@pytest.mark.parametrize("ping_s", [None, 0.2], ids=["silent", "keep-alive"])
+def test_a_stalled_stream_is_abandoned_at_the_wall_clock_deadline(tmp_path, rmsnorm_prompt, keys, ping_s):
+    """A reply that stops (silently: the read timeout is the time left; or sending keep-alive comments, which no
+    read timeout catches: the watchdog closes it) ends the session at agent.max_wall_s, not 30 s later."""
+    script = [stalled(openai_turn("", [Call("submit_candidate", {"source": GOOD})]), stall_s=30, ping_s=ping_s)]
+    t0 = time.monotonic()
+    with FakeAPI(script) as api:
+        result, ev, t, m = session(api, rmsnorm_prompt, tmp_path, Agent(max_wall_s=2.0))
+    assert time.monotonic() - t0 < 6.0 and len(api.requests) == 1
+    assert result.status == "limit" and result.detail.startswith("wall_s budget spent: 2")
+    assert "during a model call" in result.detail and result.error is None and ev.calls == []
+
+
+def test_a_reply_cut_at_the_output_limit_with_a_tool_call_gets_the_cut_off_reply(tmp_path, rmsnorm_prompt, keys):
+    script = [openai_turn("", [Call("submit_candidate", '{"source": "import triton\\nimport tor')], finish="length"),
+              openai_turn("", [Call("finish", {})])]
+    with FakeAPI(script) as api:
+        result, ev, t, m = session(api, rmsnorm_prompt, tmp_path)
+    answer = api.requests[1].body["messages"][3]
+    assert answer["role"] == "tool" and answer["content"].startswith("Your reply was cut off at the output-token")
+    assert result.submitted == 0 and ev.calls == []
+
+
+def test_persistent_server_errors_are_a_model_error_with_its_own_outcome(tmp_path, rmsnorm_prompt, keys):
+    with FakeAPI([status(500, "boom")] * 3) as api:
+        result, ev, t, m = session(api, rmsnorm_prompt, tmp_path, max_retries=2)
+    assert result.status == "model_error" and len(api.requests) == 3
+    assert result.error.startswith(f"openai: HTTP 500 from {api.base_url}/v1 after 2 retries: ")
+    assert result.error.endswith("boom") and "\n" not in result.error  # one line for the run command to print
+    assert t["error"] == result.error
+
+
+def test_preflight_checks_key_and_base_url_without_a_session(monkeypatch, keys):
+    preflight("search")
+    with pytest.raises(UserError, match="unknown agent provider 'gemini'.*--agent"):
+        preflight("gemini")
+    with pytest.raises(UserError, match="--base-url 'localhost:8000' is not an http.s. URL"):
+        preflight("openai", base_url="localhost:8000")
+    t0 = time.monotonic()
+    with pytest.raises(UserError, match="cannot reach http://127.0.0.1:9/v1.*--base-url"):
+        preflight("openai", "m", base_url="http://127.0.0.1:9/v1")
+    assert time.monotonic() - t0 < 5.0  # no retries, no back-off: a refused connection is an answer
+    with FakeAPI([], models=()) as api:
+        with pytest.raises(UserError, match="lists no model: start it with one, or pass --model"):
+            preflight("openai", base_url=api.base_url + "/v1")
+        preflight("openai", "some-model", base_url=api.base_url + "/v1")  # a model named: an empty list is fine
+    refused = raw(json.dumps({"error": {"message": "bad key", "type": "invalid_request_error"}}).encode(), code=401)
+    with FakeAPI([], models_reply=refused) as api:
+        with pytest.raises(UserError, match="refused the API key .HTTP 401.: check OPENAI_API_KEY"):
+            preflight("openai", "gpt-test", base_url=api.base_url + "/v1")
+    with FakeAPI([], models_reply=status(404, "no such route", None)) as api:
+        preflight("openai", "gpt-test", base_url=api.base_url + "/v1")  # not every server lists its models
+    monkeypatch.delenv("OPENAI_API_KEY")
+    with pytest.raises(UserError, match="set OPENAI_API_KEY"):
+        preflight("openai", "gpt-5")
