@@ -46,7 +46,7 @@ TL_FUNCTIONS = frozenset({
     "atomic_add", "atomic_max", "atomic_min", "atomic_cas", "atomic_xchg", "atomic_and", "atomic_or", "atomic_xor",
     # compile-time and control
     "constexpr", "pointer_type", "static_range", "range", "static_assert", "device_assert", "debug_barrier",
-    "PropagateNan", "tensor",
+    "PropagateNan",
 }) | TL_DTYPES
 TL_MATH = frozenset({"abs", "ceil", "cos", "div_rn", "erf", "exp", "exp2", "fdiv", "floor", "fma", "log", "log2",
                      "rsqrt", "sin", "sqrt", "sqrt_rn", "umulhi"})  # tl.math.<name>

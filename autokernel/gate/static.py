@@ -115,7 +115,22 @@ class Facts:
         return None
 
 
+def _dunders(tree: ast.Module, facts: Facts) -> None:
+    """Dunder names and attributes anywhere (__name__, __file__, __import__, __class__, __dict__, __globals__, ...)
+    are introspection: they tell the gate from production and reach objects no allowlist names. One rule, whole file
+    (the kernel and host checkers leave them to it); a module-level `__all__ = [...]` of strings is the exception."""
+    exempt = {id(t) for n in tree.body if isinstance(n, ast.Assign) for t in n.targets
+              if isinstance(t, ast.Name) and t.id == "__all__"}
+    for n in ast.walk(tree):
+        name = n.id if isinstance(n, ast.Name) else n.attr if isinstance(n, ast.Attribute) else \
+            n.arg if isinstance(n, (ast.arg, ast.keyword)) else None
+        if name and name.startswith("__") and name.endswith("__") and id(n) not in exempt:
+            facts.add("static.forbidden_attribute", n, f"{name}: dunder names are introspection (module name, file, "
+                                                       "builtins, frames, classes) and tell the gate from production")
+
+
 def _check_module(tree: ast.Module, facts: Facts) -> None:
+    _dunders(tree, facts)
     for node in tree.body:  # imports first: every later rule resolves names through them
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             _check_import(node, facts)
@@ -274,12 +289,17 @@ def _check_constant(node: ast.Assign | ast.AnnAssign, facts: Facts) -> None:
     if node.value is None:
         return
     if any(n.startswith("__") for n in names):
-        if names == ["__all__"] and isinstance(node.value, (ast.Tuple, ast.List)) and \
-                all(isinstance(e, ast.Constant) and isinstance(e.value, str) for e in node.value.elts):
-            return
-        facts.add("static.forbidden_attribute", node, f"{', '.join(names)}: module dunders change how the module "
-                                                      "behaves")
-        return
+        if names == ["__all__"] and not (isinstance(node.value, (ast.Tuple, ast.List)) and all(
+                isinstance(e, ast.Constant) and isinstance(e.value, str) for e in node.value.elts)):
+            facts.add("static.mutable_state", node, "__all__ lists string literals")
+        return  # other dunders: reported by _dunders
+    for n in ast.walk(node.value):
+        if isinstance(n, (ast.Attribute, ast.Name)):
+            static_kernel.narrow(n, facts.qual(n), set(), facts)
+    if any(isinstance(n, ast.Name) and n.id.startswith("__") or isinstance(n, ast.Attribute) and
+           n.attr.startswith("__") for n in ast.walk(node.value)):
+        facts.rejected.update((n, node.lineno) for n in names)
+        return  # reported by _dunders
     why = _constant_why(node.value, facts)
     if why:
         reason, text = why
@@ -306,6 +326,11 @@ def _constant_why(v: ast.AST, facts: Facts) -> tuple[str, str] | None:
     if q and (q in {f"torch.{d}" for d in A.TORCH_DTYPES} | {f"triton.language.{d}" for d in A.TL_DTYPES} or
               q in {f"math.{c}" for c in A.MATH_CONSTANTS}):
         return None
+    if q and isinstance(v, ast.Attribute):
+        return "static.forbidden_attribute", f"{q} is not an allowlisted name (os, sys, internals reached through " \
+                                             "a module)"
+    if isinstance(v, ast.Subscript):
+        return _constant_why(v.value, facts) or ("static.mutable_state", "module constants are immutable literals")
     if isinstance(v, ast.Call) and not v.keywords:
         fq = facts.qual(v.func)
         pure = {"triton.language.constexpr", "triton.cdiv", "triton.next_power_of_2"} | \

@@ -16,7 +16,7 @@ import ast
 from typing import TYPE_CHECKING
 
 from autokernel.gate import allowlist as A
-from autokernel.gate.static_kernel import literal, name_why, precision
+from autokernel.gate.static_kernel import in_compares, literal, name_why, narrow, precision
 
 if TYPE_CHECKING:
     from autokernel.gate.static import Facts
@@ -106,14 +106,15 @@ class _Host:
         self.fn, self.facts, self.env = fn, facts, dict(params)
         self.report = False
         self.where = f"launcher {fn.name}"
+        self.compares = in_compares(fn)
 
     def add(self, reason: str, node: ast.AST, detail: str) -> None:
         if self.report:
             self.facts.add(reason, node, f"{detail} ({self.where})")
 
     def add_name(self, node: ast.AST, name: str, where: str) -> None:
-        reason, detail = name_why(name, where, self.facts)
-        if self.report:
+        reason, detail = name_why(name, where)
+        if self.report and name not in self.facts.rejected:  # else its definition's finding says why
             self.facts.add(reason, node, detail)
 
     def run(self) -> None:
@@ -127,8 +128,6 @@ class _Host:
 
     def bind(self, t: ast.AST, kinds: frozenset, node: ast.AST) -> None:
         if isinstance(t, ast.Name):
-            if t.id.startswith("__"):
-                self.add("static.forbidden_attribute", t, f"{t.id}: dunder names")
             self.env[t.id] = self.env.get(t.id, frozenset()) | kinds
         elif isinstance(t, (ast.Tuple, ast.List)):
             elem = frozenset({T} if kinds & TENSORISH else set()) | frozenset({S} if SH in kinds else set()) | \
@@ -347,9 +346,13 @@ class _Host:
 
     def name(self, e: ast.Name) -> frozenset:
         n, f = e.id, self.facts
+        if n.startswith("__"):
+            return frozenset({ANY})  # reported by static._dunders
         if n in self.env:
             return self.env[n]
         if n in f.constants:
+            if self.report:
+                narrow(e, f.constants[n], self.compares, f)
             return frozenset({DT if f.constants[n] else S})
         if n in f.jit:
             self.add("static.forbidden_call", e, f"{n}: a kernel used as a value; launch it as {n}[grid](...)")
@@ -373,6 +376,10 @@ class _Host:
     def qualified(self, e: ast.AST, q: str, called: bool) -> frozenset:
         """A module-rooted name: torch dtypes/types, math constants, tl dtypes as values; functions only called."""
         mod, _, rest = q.partition(".")
+        if q.rpartition(".")[2].startswith("__"):
+            return frozenset({ANY})  # reported by static._dunders
+        if self.report:
+            narrow(e, q, self.compares, self.facts)
         if not called:
             if q in {f"torch.{d}" for d in A.TORCH_DTYPES} or q in {f"triton.language.{d}" for d in A.TL_DTYPES}:
                 return frozenset({DT})
@@ -403,6 +410,8 @@ class _Host:
             return self.qualified(e, q, called)
         a = e.attr
         base = self.expr(e.value)
+        if a.startswith("__"):
+            return frozenset({ANY})  # reported by static._dunders
         if a.startswith("_"):
             self.add("static.forbidden_attribute", e, f".{a}: private and dunder attributes (cache keys like "
                                                       "_version, __class__, __dict__, internals)")
@@ -505,7 +514,9 @@ class _Host:
 
     def builtin(self, c: ast.Call, n: str, args: list[frozenset], every: frozenset) -> frozenset:
         if n not in A.HOST_BUILTINS:
-            if n in self.facts.jit:
+            if n.startswith("__"):
+                pass  # reported by static._dunders
+            elif n in self.facts.jit:
                 self.add("static.forbidden_call", c, f"{n}(...): a kernel is launched as {n}[grid](...)")
             else:
                 self.add_name(c, n, self.where)
@@ -542,11 +553,13 @@ class _Host:
         m = f.attr
         if m.startswith("_"):
             return frozenset({ANY})  # reported by attribute()
-        if m in A.NARROW_METHODS or m == "to" and any(self.facts.qual(a) in A.NARROW_DTYPES
-                                                      for a in c.args + [k.value for k in c.keywords]):
+        if m in A.NARROW_METHODS:
             self.add("static.precision", c, f"{ast.unparse(c)[:50]}: down-casts the op's data in the launcher")
             return frozenset({T})
         if base & {T, ANY} and m in A.TENSOR_METHODS:
+            if every & TENSORISH and m not in ("view_as", "expand_as"):
+                self.add("static.forbidden_call", c, f"{ast.unparse(c)[:50]}: a tensor as an argument of .{m}() "
+                                                     "(sizes and fill values are numbers, never tensor data)")
             if m in SCALAR_METHODS:
                 return frozenset({S}) if c.args or m not in ("stride", "size") else frozenset({SH})
             return frozenset({TS}) if m in ("split", "chunk", "unbind") else frozenset({T})

@@ -34,11 +34,8 @@ def literal(node: ast.AST) -> bool:
     return isinstance(node, (ast.Tuple, ast.List)) and all(literal(e) for e in node.elts)
 
 
-def name_why(name: str, where: str, facts: Facts | None = None) -> tuple[str, str]:
+def name_why(name: str, where: str) -> tuple[str, str]:
     """The reason and text for a name the grammar does not bind."""
-    if facts is not None and name in facts.rejected:
-        return "static.forbidden_call", f"{name} in {where}: bound by a rejected statement (line " \
-                                        f"{facts.rejected[name]}), not a kernel, constant or allowlisted name"
     if name.startswith("__"):
         return "static.forbidden_attribute", f"{name} in {where}: dunder names are introspection (module name, " \
                                              "file, builtins) and tell the gate from production"
@@ -48,14 +45,21 @@ def name_why(name: str, where: str, facts: Facts | None = None) -> tuple[str, st
     return "static.forbidden_call", f"{name} in {where}: not defined in this file nor allowlisted"
 
 
+def in_compares(fn: ast.AST) -> set[int]:
+    """Nodes inside a comparison: a narrow dtype named there only yields a bool (`if x.dtype == tl.float16`)."""
+    return {id(n) for c in ast.walk(fn) if isinstance(c, ast.Compare) for n in ast.walk(c)}
+
+
+def narrow(e: ast.AST, q: str | None, compares: set[int], facts: Facts) -> None:
+    """A narrow float dtype named anywhere but in a comparison computes or stores in it: static.precision."""
+    if q in A.NARROW_DTYPES and id(e) not in compares:
+        facts.add("static.precision", e, f"{ast.unparse(e)[:40]} ({q.split('.')[-1]}) outside a comparison: computes "
+                                         "or stores in a narrower float than the data; use the data's own dtype "
+                                         "(x.dtype, ptr.dtype.element_ty)")
+
+
 def precision(call: ast.Call, facts: Facts) -> None:
-    """A narrow float dtype named as an argument, or a reduced-precision switch: static.precision."""
-    for arg in list(call.args) + [k.value for k in call.keywords]:
-        q = facts.qual(arg)
-        if q in A.NARROW_DTYPES:
-            facts.add("static.precision", call, f"{ast.unparse(call)[:70]}: computes or stores in "
-                                                f"{q.split('.')[-1]}; keep the data's own dtype (x.dtype, "
-                                                "ptr.dtype.element_ty)")
+    """Reduced-precision switches in a call's keywords (tf32 products): static.precision."""
     for k in call.keywords:
         v = k.value
         if k.arg == "allow_tf32" and not (isinstance(v, ast.Constant) and v.value is False) or \
@@ -109,6 +113,13 @@ def _heuristic_expr(e: ast.AST, param: str, facts: Facts) -> None:
             facts.add("static.forbidden_syntax", e, f"{ast.unparse(e)[:40]}: index args with a string literal")
         return
     if isinstance(e, (ast.BinOp, ast.UnaryOp, ast.BoolOp, ast.Compare, ast.IfExp, ast.Tuple)):
+        if isinstance(e, ast.Compare):
+            from autokernel.gate.static_host import _special
+            ops = [e.left] + e.comparators
+            if any(isinstance(op, (ast.Eq, ast.NotEq, ast.In, ast.NotIn)) and (_special(a) or _special(b))
+                   for op, a, b in zip(e.ops, ops, ops[1:])):
+                facts.add("static.shape_special_case", e, f"{ast.unparse(e)[:50]} in a heuristic: a size equal to a "
+                                                          "literal special-cases the shapes tests use")
         if isinstance(e, ast.BinOp) and isinstance(e.op, ast.MatMult):
             facts.add("static.forbidden_call", e, "@ in a heuristic: compute outside the kernel")
         for child in ast.iter_child_nodes(e):
@@ -180,13 +191,15 @@ class _Kernel:
             if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
                 self.locals.add(n.id)
         self.where = f"@triton.jit {fn.name}"
+        self.compares = in_compares(fn)
 
     def add(self, reason: str, node: ast.AST, detail: str) -> None:
         self.facts.add(reason, node, f"{detail} ({self.where})")
 
     def add_name(self, node: ast.AST, name: str, where: str) -> None:
-        reason, detail = name_why(name, where, self.facts)
-        self.facts.add(reason, node, detail)
+        reason, detail = name_why(name, where)
+        if name not in self.facts.rejected:  # else its definition's finding says why
+            self.facts.add(reason, node, detail)
 
     def run(self) -> None:
         from autokernel.gate.static_host import check_annotation, check_arguments
@@ -269,8 +282,6 @@ class _Kernel:
 
     def target(self, t: ast.AST, plain: bool = False) -> None:
         if isinstance(t, ast.Name):
-            if t.id.startswith("__"):
-                self.add("static.forbidden_attribute", t, f"{t.id}: dunder names")
             return
         if isinstance(t, ast.Tuple) and not plain:
             for e in t.elts:
@@ -312,6 +323,10 @@ class _Kernel:
 
     def name(self, e: ast.Name) -> None:
         n = e.id
+        if n.startswith("__"):
+            return  # reported by static._dunders
+        if n in self.facts.constants and n not in self.locals:
+            narrow(e, self.facts.constants[n], self.compares, self.facts)
         if n in self.locals or n in self.facts.constants or n in self.facts.jit:
             return
         if n in self.facts.aliases:
@@ -329,7 +344,9 @@ class _Kernel:
         if q is not None:
             self.qualified(e, q, called)
             return
-        if a.startswith("_"):
+        if a.startswith("__"):
+            pass  # reported by static._dunders
+        elif a.startswith("_"):
             self.add("static.forbidden_attribute", e, f".{a}: private and dunder attributes are interpreter "
                                                       "internals (handles, raw data, the Python function)")
         elif called and a not in A.KERNEL_METHODS or not called and a not in A.KERNEL_ATTRS:
@@ -339,6 +356,9 @@ class _Kernel:
         self.expr(e.value)
 
     def qualified(self, e: ast.AST, q: str, called: bool = False) -> None:
+        if q.rpartition(".")[2].startswith("__"):
+            return  # reported by static._dunders
+        narrow(e, q, self.compares, self.facts)
         name = q[len(TL):] if q.startswith(TL) else None
         if name in A.TL_FUNCTIONS or q.startswith(TL + "math.") and q[len(TL + "math."):] in A.TL_MATH:
             return
@@ -358,7 +378,9 @@ class _Kernel:
     def call(self, c: ast.Call) -> None:
         f = c.func
         if isinstance(f, ast.Name):
-            if f.id in A.KERNEL_BUILTINS and f.id not in self.locals and f.id not in self.facts.aliases or \
+            if f.id.startswith("__"):
+                pass  # reported by static._dunders
+            elif f.id in A.KERNEL_BUILTINS and f.id not in self.locals and f.id not in self.facts.aliases or \
                     f.id in self.facts.jit:
                 pass
             elif f.id in self.facts.aliases:

@@ -3,6 +3,7 @@ from pathlib import Path
 
 import pytest
 
+from autokernel.gate import allowlist, static
 from autokernel.gate.static import check_file, check_source, find
 from gate_fixtures import fixtures
 
@@ -137,7 +138,7 @@ def test_from_import_forbidden(stmt):
     ("try:\n    X = 1\nexcept Exception:\n    X = 2\n", "static.fallback"),
     ("X = [i for i in range(3)]\n", "static.mutable_state"),
     ("X = lambda: 0\n", "static.forbidden_syntax"),
-    ("X = torch.float32.__class__\n", "static.mutable_state"),
+    ("X = torch.float32.__class__\n", "static.forbidden_attribute"),
 ])
 def test_module_level_rule_fires(src_extra, reason):
     assert reason in reasons(launcher("return y") + "\n\n" + src_extra)
@@ -232,3 +233,226 @@ def test_trace_of_another_op_uses_its_own_launcher():
                  "    return y\n"
     assert reasons(src, "matmul") == []
     assert "static.signature" in reasons(src.replace("def matmul(x, weight)", "def matmul(a, b)"), "matmul")
+
+
+# --- the grammar: every route around the allowlist is a finding ------------------------------------------------------
+
+@pytest.mark.parametrize("fx", [f for f in fixtures() if not f.expect.startswith("static.")], ids=lambda f: f.id)
+def test_fixture_for_later_stages_passes_static(fx):
+    """Legitimate rewrites, and the wrong kernels the runtime/numeric stages must catch, are kernel files."""
+    r = check_file(fx.path, fx.op)
+    assert r.passed, r.detail
+
+
+@pytest.mark.parametrize("body, reason", [
+    ("f = y.reshape\nreturn f(-1)", "static.forbidden_attribute"),  # a bound method stored: never seen as a call
+    ("f = y.reshape\nreturn f(-1)", "static.forbidden_call"),  # ... and calling a variable
+    ("e = torch.empty\nreturn e(4)", "static.forbidden_attribute"),
+    ("return torch.os.environ", "static.forbidden_attribute"),
+    ("return triton.runtime.driver", "static.forbidden_attribute"),
+    ("return torch['exp']", "static.forbidden_attribute"),  # a module used as a value
+    ("return __name__", "static.forbidden_attribute"),
+    ("return y.__dict__", "static.forbidden_attribute"),
+    ("return y if x.is_cuda else x", "static.forbidden_attribute"),
+    ("return y if x.device.type == 'cpu' else x", "static.forbidden_attribute"),
+    ("return y if x.device == 'cpu' else x", "static.forbidden_attribute"),
+    ("return y if torch.cuda.is_available() else x", "static.forbidden_call"),
+    ("return y if x[0, 0] > 0 else x", "static.forbidden_call"),  # a comparison of tensor data
+    ("return y if x.sum() else x", "static.forbidden_call"),
+    ("assert x, 'nonzero'\nreturn y", "static.forbidden_call"),  # truth value of a tensor
+    ("z = x + 1\nreturn y", "static.forbidden_call"),  # any operator on a tensor
+    ("z = -x\nreturn y", "static.forbidden_call"),
+    ("t = (x, y)\nz = t[0] * 2\nreturn y", "static.forbidden_call"),  # a tensor out of a tuple is still one
+    ("a, b = y.chunk(2)\nreturn a * b", "static.forbidden_call"),
+    ("v = int(x[0, 0])\nreturn y", "static.forbidden_call"),
+    ("s = f'{x}'\nreturn y", "static.forbidden_call"),  # formatting reads the data
+    ("for v in x:\n    pass\nreturn y", "static.forbidden_call"),
+    ("z = y[x.long()]\nreturn y", "static.forbidden_call"),
+    ("z = y[x > 0]\nreturn y", "static.forbidden_call"),
+    ("y[0] = 1.0\nreturn y", "static.forbidden_call"),
+    ("z = y.new_full((4,), x[0])\nreturn y", "static.forbidden_call"),
+    ("return tuple(x)", "static.forbidden_call"),
+    ("g = lambda: 0\nreturn y", "static.forbidden_syntax"),
+    ("def inner():\n    return 1\nreturn y", "static.forbidden_syntax"),
+    ("while M > 0:\n    M -= 1\nreturn y", "static.forbidden_syntax"),
+    ("del M\nreturn y", "static.forbidden_syntax"),
+    ("with torch.no_grad():\n    pass\nreturn y", "static.forbidden_syntax"),
+    ("z = [i for i in range(M)]\nreturn y", "static.forbidden_syntax"),
+    ("if (n := N) > 1:\n    pass\nreturn y", "static.forbidden_syntax"),
+    ("d = {'BLOCK': 64}\nreturn y", "static.forbidden_syntax"),
+    ("x.zero_()\nreturn y", "static.forbidden_syntax"),  # an expression statement that is not a launch
+    ("return k[(M,)](x, y, N, BLOCK=1024)", "static.forbidden_syntax"),
+    ("k[(M,)](x, y, N, BLOCK=1024, grid=(1,))\nreturn y", "static.forbidden_call"),
+    ("import os\nreturn y", "static.forbidden_import"),
+    ("raise SystemExit(0)", "static.forbidden_syntax"),
+    ("nonlocal_ = rmsnorm\nreturn y", "static.forbidden_call"),  # the launcher as a value (recursion, re-export)
+    ("dt = torch.float16 if M > 64 else x.dtype\nz = torch.empty(4, dtype=dt)\nreturn y", "static.precision"),
+    ("k[(M,)](x, y, N, BLOCK=1024, DT=tl.bfloat16)\nreturn y", "static.precision"),
+    ("torch.backends.cudnn.allow_tf32 = True\nreturn y", "static.precision"),
+    ("if N == 576 or M in (1, 96):\n    pass\nreturn y", "static.shape_special_case"),
+    ("BLOCK = (64, 128)[N == 576]\nreturn y", "static.shape_special_case"),  # not only in if tests
+])
+def test_launcher_grammar_rejects(body, reason):
+    assert reason in reasons(launcher(body)), (body, find(launcher(body), "rmsnorm"))
+
+
+def kernel_with(line: str, extra: str = "") -> str:
+    """A candidate whose kernel body ends with `line` (indented 4)."""
+    return HEAD.replace("    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < N), mask=offs < N)\n",
+                        "    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < N), mask=offs < N)\n" +
+                        "".join(f"    {s}\n" for s in line.splitlines())) + extra + launcher("return y")[len(HEAD):]
+
+
+@pytest.mark.parametrize("line, reason", [
+    ("h = offs.handle", "static.forbidden_attribute"),
+    ("d = tl.load(x_ptr).handle.data", "static.forbidden_attribute"),
+    ("f = k.fn", "static.forbidden_attribute"),
+    ("g = offs.__class__", "static.forbidden_attribute"),
+    ("v = tl.extra.cuda.libdevice.exp(offs)", "static.forbidden_call"),
+    ("v = tl.core.tensor", "static.forbidden_attribute"),
+    ("v = tl.device_print('x', offs)", "static.forbidden_call"),
+    ("v = tl.map_elementwise(abs, offs)", "static.forbidden_call"),
+    ("v = tl.inline_asm_elementwise('mov.b32 $0, $1;', '=r,r', [offs], dtype=tl.int32, is_pure=True, pack=1)",
+     "static.forbidden_call"),
+    ("print(offs)", "static.forbidden_call"),
+    ("v = open('/proc/self/environ')", "static.forbidden_call"),
+    ("v = getattr(offs, 'handle')", "static.forbidden_call"),
+    ("v = torch.exp(offs)", "static.forbidden_call"),
+    ("v = math.exp(1.0)", "static.forbidden_call"),
+    ("f = tl.sum\nv = f(offs)", "static.forbidden_call"),  # calling a variable
+    ("v = (lambda a: a)(offs)", "static.forbidden_syntax"),
+    ("v = [o for o in range(4)]", "static.forbidden_syntax"),
+    ("for i in [1, 2]:\n    pass", "static.forbidden_syntax"),
+    ("for i in range(4):\n    break", "static.forbidden_syntax"),
+    ("try:\n    pass\nexcept Exception:\n    pass", "static.fallback"),
+    ("global N", "static.mutable_state"),
+    ("offs.cache = 1", "static.mutable_state"),
+    ("import os", "static.forbidden_import"),
+    ("v = offs[offs]", "static.forbidden_syntax"),
+    ("v = tl.dot(offs, offs)", "static.precision"),  # tf32 by default on a GPU
+    ("v = tl.dot(offs, offs, input_precision='tf32')", "static.precision"),
+    ("v = tl.load(x_ptr + offs).to(tl.float16)", "static.precision"),
+    ("ACC: tl.constexpr = tl.bfloat16", "static.precision"),
+    ("v = __import__('os')", "static.forbidden_attribute"),
+])
+def test_kernel_grammar_rejects(line, reason):
+    src = kernel_with(line)
+    assert reason in reasons(src), (line, find(src, "rmsnorm"))
+
+
+@pytest.mark.parametrize("line", [
+    "v = tl.load(x_ptr + offs, mask=offs < N, other=float('-inf')).to(tl.float32)",
+    "if v.dtype == tl.bfloat16:\n    v = v.to(tl.float32)\nacc = tl.dot(v, v, input_precision='ieee')",
+    "a, b = offs[:, None], offs[None, :]\nc = tl.where(a < b, a, b).to(y_ptr.dtype.element_ty)",
+    "m = tl.full((), 0.0, tl.float32)\nfor s in tl.range(0, N, BLOCK):\n    m = tl.maximum(m, tl.max(offs, axis=0))",
+    "i = 0\nwhile i < 4:\n    i += 1",
+    "NB: tl.constexpr = BLOCK // 32\nfor j in tl.static_range(NB):\n    pass",
+    "p = x_ptr.to(tl.pointer_type(tl.uint32))\nw = (tl.load(p) >> 4) & 0xF",
+    "v = tl.reduce(offs, 0, k2)\nu = tl.math.exp2(offs.to(tl.float32))\nc = tl.cdiv(N, BLOCK)",
+    "tl.static_assert(BLOCK >= 16)\ntl.device_assert(offs >= 0)\ns = x_ptr.dtype.element_ty.primitive_bitwidth",
+])
+def test_kernel_grammar_allows(line):
+    src = kernel_with(line, "\n@triton.jit\ndef k2(a, b):\n    return a + b\n\n")
+    assert reasons(src) == [], find(src, "rmsnorm")
+
+
+def test_decorator_grammar():
+    def deco(text: str) -> list[str]:
+        return reasons(HEAD.replace("@triton.jit\n", text + "@triton.jit\n") + launcher("return y")[len(HEAD):])
+
+    assert deco("@triton.autotune(configs=[triton.Config({'BLOCK': 64}, num_warps=4, num_stages=2)], key=['N'])\n") == []
+    assert deco("@triton.heuristics({'EVEN': lambda args: args['N'] % args['BLOCK'] == 0})\n") == []
+    for bad, reason in [
+        ("@triton.autotune(configs=[triton.Config({}, num_warps=4)], key=['N'], reset_to_zero=['y_ptr'])\n",
+         "static.forbidden_call"),
+        ("@triton.autotune(configs=[triton.Config({}, num_warps=4)], key=['N'], restore_value=['y_ptr'])\n",
+         "static.forbidden_call"),
+        ("@triton.autotune(configs=[triton.Config({}, post_hook=print)], key=['N'])\n", "static.forbidden_call"),
+        ("@triton.autotune(configs=[triton.Config({'B': M})], key=['N'])\n", "static.forbidden_syntax"),
+        ("@triton.autotune(configs=CONFIGS, key=['N'])\n", "static.forbidden_syntax"),
+        ("@triton.heuristics({'B': lambda args: args['x_ptr'].data_ptr() % 7})\n", "static.forbidden_call"),
+        ("@triton.heuristics({'B': lambda args: print(args)})\n", "static.forbidden_call"),
+        ("@triton.heuristics({'B': lambda args, n=[0]: 1})\n", "static.forbidden_syntax"),
+        ("@triton.heuristics({'B': lambda args: 64 if args['N'] == 576 else 128})\n", "static.shape_special_case"),
+        ("@functools.lru_cache\n", "static.forbidden_call"),
+    ]:
+        assert reason in deco(bad), (bad, deco(bad))
+
+
+@pytest.mark.parametrize("text, reason", [
+    ("import torch as T\n", "static.forbidden_import"),
+    ("import triton.language as language\n", "static.forbidden_import"),
+    ("from triton.language import extra\n", "static.forbidden_import"),
+    ("from triton.language import sum as tlsum\n", "static.forbidden_import"),
+    ("from triton import runtime\n", "static.forbidden_import"),
+    ("from typing import TYPE_CHECKING\n", "static.forbidden_import"),
+    ("import kernels\n", "static.forbidden_import"),
+    ("from __future__ import barry_as_FLUFL\n", "static.forbidden_import"),
+])
+def test_import_grammar(text, reason):
+    assert reason in reasons(text + launcher("return y")), text
+
+
+def test_allowed_imports_and_constants():
+    src = ("from __future__ import annotations\nfrom triton import cdiv, next_power_of_2\n"
+           "from triton.language import constexpr\n" + launcher("B = next_power_of_2(cdiv(N, 2))\nreturn y") +
+           "\n\nLOG2E = 1.4426950408889634\nTILE: constexpr = tl.constexpr(64)\nSHAPES = ((1, 2), (3, -4))\n"
+           "BIG = 2 ** 20 - 1\nACC = tl.float32\nHALF_PI = math.pi / 2\n__all__ = ['rmsnorm']\n")
+    assert reasons(src) == [], find(src, "rmsnorm")
+
+
+def test_inline_asm_only_when_the_policy_allows():
+    from autokernel.policy import Gate, Policy
+    src = kernel_with("v = tl.inline_asm_elementwise('mov.b32 $0, $1;', '=r,r', [offs], dtype=tl.int32, "
+                      "is_pure=True, pack=1)")
+    assert check_source(src, "rmsnorm").reason == "static.forbidden_call"
+    assert "gate.allow_inline_asm" in check_source(src, "rmsnorm").detail
+    assert check_source(src, "rmsnorm", allow_inline_asm=True).passed
+    assert check_source(src, "rmsnorm", policy=Policy(gate=Gate(allow_inline_asm=True))).passed
+    assert not check_source(src, "rmsnorm", policy=Policy()).passed
+
+
+def test_every_finding_kept_most_telling_first():
+    src = "import os\n" + launcher("try:\n    z = x * 2\nexcept Exception:\n    return __name__\nreturn y") + \
+        "\n\n_CACHE = {}\n"
+    r = check_source(src, "rmsnorm")
+    got = [f["reason"] for f in r.metrics["findings"]]
+    assert got[:3] == ["static.forbidden_import", "static.fallback", "static.mutable_state"]
+    assert {"static.forbidden_call", "static.forbidden_attribute"} <= set(got)  # inside the try, too
+    assert got == sorted(got, key=static.REASON_ORDER.index)
+    assert all(f["line"] > 0 and f["detail"] and "\n" not in f["detail"] for f in r.metrics["findings"])
+
+
+# --- the tables ------------------------------------------------------------------------------------------------------
+
+def test_runtime_guard_reads_the_same_tables():
+    """The aten allowlists the sandboxed guard applies are the objects in gate/allowlist.py, not copies."""
+    from autokernel.gate import child
+    for name in ("ALLOC", "VIEW", "COPY", "LAUNCH_ONLY", "POISONED"):
+        assert getattr(child, name) is getattr(allowlist, name), name
+
+
+def test_launcher_methods_are_ops_the_runtime_allows():
+    """Every tensor method the grammar lets a launcher call is metadata or an aten op the runtime guard allows, so
+    the two lines of defence never disagree about what a launcher may do."""
+    runtime = allowlist.ALLOC | allowlist.VIEW | allowlist.COPY
+    assert {op for op in allowlist.TENSOR_METHODS.values() if op} <= runtime
+    assert allowlist.TORCH_ALLOC <= allowlist.ALLOC
+    assert not allowlist.TL_FUNCTIONS & set(allowlist.TL_POLICY) and not allowlist.TL_FUNCTIONS & set(
+        allowlist.TL_NEVER)
+
+
+def test_the_tables_decide(monkeypatch):
+    """The rules read the tables: allowlisting a method makes its call pass (so a table edit is a security edit)."""
+    src = launcher("z = y.t()\nreturn y")
+    assert reasons(src) == []
+    monkeypatch.setattr(allowlist, "TENSOR_METHODS", {k: v for k, v in allowlist.TENSOR_METHODS.items() if k != "t"})
+    assert "static.forbidden_call" in reasons(src)
+
+
+def test_describe_is_short_and_names_the_grammar():
+    text = allowlist.describe()
+    assert len(text) < 6000 and text.count("\n") < 20
+    for word in ("import triton.language as tl", "tl.constexpr", "inline_asm_elementwise", "kernel[grid]",
+                 "empty_like", "cdiv", "input_precision", "getattr", "static.precision"):
+        assert word in text, word
