@@ -15,11 +15,19 @@ REASONS = {
     "static.syntax": "the file does not parse",
     "static.signature": "the public launcher is missing, or its parameters differ from kernels/<op>.py",
     "static.no_triton_kernel": "no @triton.jit kernel, or the launcher never launches one (kernel[grid](...))",
-    "static.forbidden_import": "imports a module a kernel file has no use for, or a trusted module (bypass)",
-    "static.forbidden_call": "introspection, harness patching, torch compute outside the kernel, state across calls",
-    "static.precision": "a precision switch or a down-cast of the op's data (tf32, fp16/bf16 casts)",
+    "static.forbidden_import": "imports anything but torch, triton, triton.language as tl and math (allowlist)",
+    "static.forbidden_call": "calls what the grammar does not allowlist: torch compute or data reads outside the "
+                             "kernel, builtins like getattr/exec/open, a called variable, code run at import",
+    "static.forbidden_attribute": "an attribute or name outside the allowlist: dunders, private attributes, module "
+                                  "internals (torch.os, triton.runtime), .handle/.data in kernels, stored methods, "
+                                  "device facts",
+    "static.mutable_state": "state that outlives a call: mutable module objects, global, attribute stores, mutable "
+                            "defaults, names bound twice",
+    "static.forbidden_syntax": "a construct outside the kernel-file grammar: classes, helper or nested defs, "
+                               "lambdas other than grids, with, while in the launcher, comprehensions, break",
+    "static.precision": "a precision switch or a narrow float dtype named outside a comparison (tf32, fp16/bf16)",
     "static.fallback": "try/except or try/finally: a failure must surface, not fall back",
-    "static.shape_special_case": "a branch on a shape equal to a literal",
+    "static.shape_special_case": "a shape compared for equality with a literal (other than 0/1) outside an assert",
     "runtime.exception": "the candidate raised (at import or in a call)",
     "runtime.bad_launcher": "the launcher is not a plain function defined in the candidate file",
     "runtime.no_triton_launch": "a checked call launched none of the candidate's own Triton kernels",
