@@ -31,6 +31,11 @@ SCALAR_METHODS = {"stride", "size", "dim", "ndimension", "numel", "nelement", "e
 TYPE_NAMES = {f"torch.{t}" for t in A.TORCH_TYPES} | {"triton.language.constexpr", "triton.language.tensor"}
 
 
+def shadows(name: str, facts: Facts) -> bool:
+    """A local that hides a module-level name would let `math.floor(t)` mean `t.floor()`: never allowed."""
+    return name in facts.aliases or name in facts.jit or name in facts.launchers
+
+
 def launches(fn: ast.FunctionDef, facts: Facts) -> bool:
     return any(isinstance(n, ast.Expr) and _launch(n.value, facts) for n in ast.walk(fn))
 
@@ -128,6 +133,9 @@ class _Host:
 
     def bind(self, t: ast.AST, kinds: frozenset, node: ast.AST) -> None:
         if isinstance(t, ast.Name):
+            if shadows(t.id, self.facts):
+                self.add("static.forbidden_syntax", t, f"{t.id} = ...: rebinds a module-level name (a module or "
+                                                       "kernel); the allowlist reads names")
             self.env[t.id] = self.env.get(t.id, frozenset()) | kinds
         elif isinstance(t, (ast.Tuple, ast.List)):
             elem = frozenset({T} if kinds & TENSORISH else set()) | frozenset({S} if SH in kinds else set()) | \
@@ -269,9 +277,13 @@ class _Host:
                 if not self.expr(a.value) <= {SH, TS, ANY}:
                     self.add("static.forbidden_syntax", a, f"*{ast.unparse(a.value)[:30]}: unpack only shapes and "
                                                            "strides into a launch")
-            else:
-                self.expr(a)
+            elif self.expr(a) & {TYPE, G, INFO, DV}:
+                self.add("static.forbidden_call", a, f"{ast.unparse(a)[:30]}: a kernel takes tensors, numbers, "
+                                                     "strings and dtypes (types and functions run as Python)")
         for k in c.keywords:
+            if k.value is not None and self.expr(k.value) & {TYPE, G, INFO, DV}:
+                self.add("static.forbidden_call", k.value, f"{k.arg}=...: a kernel takes tensors, numbers, strings "
+                                                           "and dtypes")
             if k.arg is None or k.arg not in allowed:
                 self.add("static.forbidden_call", c, f"{kernel.name}[...](**/{k.arg}=...): pass the kernel's own "
                                                      f"parameters and {', '.join(sorted(A.LAUNCH_KWARGS))}")
@@ -282,6 +294,8 @@ class _Host:
         if len(a.args) != 1 or a.defaults or a.vararg or a.kwarg or a.kwonlyargs or a.posonlyargs:
             self.add("static.forbidden_syntax", lam, "a grid is `lambda meta: (...)` with one parameter")
             return frozenset({G})
+        if shadows(a.args[0].arg, self.facts):
+            self.add("static.forbidden_syntax", lam, f"lambda {a.args[0].arg}: shadows a module-level name")
         saved = self.env.get(a.args[0].arg)
         self.env[a.args[0].arg] = frozenset({META})
         self.expr(lam.body)
@@ -331,9 +345,13 @@ class _Host:
         if isinstance(e, ast.JoinedStr):
             for v in e.values:
                 if isinstance(v, ast.FormattedValue):
-                    if self.expr(v.value) & TENSORISH:
+                    k = self.expr(v.value)
+                    if k & TENSORISH:
                         self.add("static.forbidden_call", v, f"{{{ast.unparse(v.value)[:30]}}}: formatting a tensor "
                                                              "reads its data on the host")
+                    if DV in k:
+                        self.add("static.forbidden_attribute", v, f"{{{ast.unparse(v.value)[:30]}}}: a device turned "
+                                                                  "into text (device fingerprinting)")
                     if v.format_spec is not None:
                         self.expr(v.format_spec)
             return frozenset({S})
@@ -528,10 +546,12 @@ class _Host:
             return args[0] if args and args[0] <= {SH, TS} else frozenset({SH})
         if n in ("zip", "enumerate", "range"):
             return frozenset({SH})
-        return frozenset({TYPE}) if n == "isinstance" else frozenset({S})
+        return frozenset({S})
 
     def qualified_call(self, c: ast.Call, q: str, args: list[frozenset], every: frozenset) -> frozenset:
         self.qualified(c.func, q, called=True)
+        if any(k.arg == "out" for k in c.keywords):
+            self.add("static.forbidden_call", c, f"{ast.unparse(c)[:40]}: out= writes into an existing tensor")
         mod, _, name = q.partition(".")
         if mod == "torch" and name in A.TORCH_ALLOC:
             data = args[1:] if name.endswith("_like") else args

@@ -192,6 +192,11 @@ class _Kernel:
                 self.locals.add(n.id)
         self.where = f"@triton.jit {fn.name}"
         self.compares = in_compares(fn)
+        from autokernel.gate.static_host import shadows
+        for n in sorted(self.locals):
+            if shadows(n, facts):
+                facts.add("static.forbidden_syntax", fn, f"{n} in {self.where}: a parameter or local that rebinds a "
+                                                         "module-level name (a module or a kernel)")
 
     def add(self, reason: str, node: ast.AST, detail: str) -> None:
         self.facts.add(reason, node, f"{detail} ({self.where})")

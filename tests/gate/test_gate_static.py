@@ -256,6 +256,8 @@ def test_fixture_for_later_stages_passes_static(fx):
     ("return y if x.is_cuda else x", "static.forbidden_attribute"),
     ("return y if x.device.type == 'cpu' else x", "static.forbidden_attribute"),
     ("return y if x.device == 'cpu' else x", "static.forbidden_attribute"),
+    ("return y if 'cuda' in f'{x.device}' else x", "static.forbidden_attribute"),
+    ("torch.zeros(4, out=y)\nreturn y", "static.forbidden_call"),
     ("return y if torch.cuda.is_available() else x", "static.forbidden_call"),
     ("return y if x[0, 0] > 0 else x", "static.forbidden_call"),  # a comparison of tensor data
     ("return y if x.sum() else x", "static.forbidden_call"),
@@ -456,3 +458,20 @@ def test_describe_is_short_and_names_the_grammar():
     for word in ("import triton.language as tl", "tl.constexpr", "inline_asm_elementwise", "kernel[grid]",
                  "empty_like", "cdiv", "input_precision", "getattr", "static.precision"):
         assert word in text, word
+
+
+@pytest.mark.parametrize("src", [
+    launcher("math = x\nz = math.floor()\nreturn y"),  # a module name rebound to a tensor
+    launcher("k = x\nreturn y"),
+    launcher("g = lambda torch: (1,)\nreturn y"),
+    kernel_with("tl = offs"),
+    HEAD.replace("def k(x_ptr,", "def k(math, x_ptr,") + launcher("return y")[len(HEAD):],
+])
+def test_module_names_cannot_be_rebound(src):
+    assert "static.forbidden_syntax" in reasons(src), find(src, "rmsnorm")
+
+
+@pytest.mark.parametrize("arg", ["torch.Tensor", "int", "grid", "torch.finfo(x.dtype)", "x.device"])
+def test_kernel_arguments_are_data(arg):
+    src = launcher(f"grid = lambda meta: (M,)\nk[(M,)](x, y, N, BLOCK=1024, num_warps={arg})\nreturn y")
+    assert "static.forbidden_call" in reasons(src), find(src, "rmsnorm")
