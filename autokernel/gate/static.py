@@ -4,8 +4,9 @@ A grammar, not a ban list (docs/design.md): the file is read top to bottom with 
 this runs in the autokernel process) and every statement, expression, name and attribute must be one the grammar
 allows; the tables live in autokernel/gate/allowlist.py, next to the runtime guard's. A kernel file is: the allowed
 imports, module constants bound to immutable literals, @triton.jit kernels (autotune/heuristics decorators with
-literal configs), and the launcher def(s) of kernels/<op>.py. Kernel bodies: autokernel/gate/static_kernel.py;
-launchers: autokernel/gate/static_host.py. The runtime stage (autokernel/gate/child.py) does not trust this one.
+literal configs), and the launcher def(s) of kernels/<op>.py. Kernel bodies: autokernel/gate/static_kernel.py
+(decorators: static_decorators.py); launchers: static_host.py (statements) and static_kinds.py (expressions);
+shared rules: static_common.py. The runtime stage (autokernel/gate/child.py) does not trust this one.
 
 Every finding is kept, each with a stable reason code, ordered most telling first; the verdict names the first and
 the metrics carry all of them, so the agent can fix everything at once.
@@ -17,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from autokernel.gate import allowlist as A
-from autokernel.gate import static_host, static_kernel
+from autokernel.gate import static_common, static_decorators, static_host, static_kernel
 from autokernel.gate.verdict import StageResult
 
 MAX_SOURCE_BYTES = 1 << 20  # a kernel file is a few kB; a megabyte is an attack on the parser, not a kernel
@@ -255,7 +256,7 @@ def _check_def(fn: ast.FunctionDef, facts: Facts) -> None:
     if fn.decorator_list:
         if static_kernel.is_jit(fn.decorator_list[-1], facts):
             facts.jit[fn.name] = fn
-            static_kernel.check_decorators(fn, facts)
+            static_decorators.check_decorators(fn, facts)
         elif fn.name in facts.reference or fn.name == facts.op:
             facts.add("static.signature", fn, f"the launcher {fn.name} is decorated; it must be a plain function")
         else:
@@ -275,7 +276,7 @@ def _check_def(fn: ast.FunctionDef, facts: Facts) -> None:
 def _check_constant(node: ast.Assign | ast.AnnAssign, facts: Facts) -> None:
     targets = node.targets if isinstance(node, ast.Assign) else [node.target]
     if isinstance(node, ast.AnnAssign):
-        static_host.check_annotation(node.annotation, facts)
+        static_common.check_annotation(node.annotation, facts)
     names = [t.id for t in targets if isinstance(t, ast.Name)]
     if len(names) != len(targets):
         text = ast.unparse(targets[0])[:50]
@@ -295,7 +296,7 @@ def _check_constant(node: ast.Assign | ast.AnnAssign, facts: Facts) -> None:
         return  # other dunders: reported by _dunders
     for n in ast.walk(node.value):
         if isinstance(n, (ast.Attribute, ast.Name)):
-            static_kernel.narrow(n, facts.qual(n), set(), facts)
+            static_common.narrow(n, facts.qual(n), set(), facts)
     if any(isinstance(n, ast.Name) and n.id.startswith("__") or isinstance(n, ast.Attribute) and
            n.attr.startswith("__") for n in ast.walk(node.value)):
         facts.rejected.update((n, node.lineno) for n in names)

@@ -10,10 +10,11 @@ triton.Config lists, never a hook. Tables: autokernel/gate/allowlist.py.
 from __future__ import annotations
 
 import ast
-import builtins
 from typing import TYPE_CHECKING
 
 from autokernel.gate import allowlist as A
+from autokernel.gate.static_common import (check_annotation, check_arguments, in_compares, name_why, narrow,
+                                           precision, shadows)
 
 if TYPE_CHECKING:
     from autokernel.gate.static import Facts
@@ -23,157 +24,6 @@ TL = "triton.language."
 
 def is_jit(d: ast.expr, facts: Facts) -> bool:
     return facts.qual(d.func if isinstance(d, ast.Call) else d) == "triton.jit"
-
-
-def literal(node: ast.AST) -> bool:
-    """An immutable literal: a constant, or a tuple/list of them (lists only where the callee copies them)."""
-    if isinstance(node, ast.Constant):
-        return True
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
-        return literal(node.operand)
-    return isinstance(node, (ast.Tuple, ast.List)) and all(literal(e) for e in node.elts)
-
-
-def name_why(name: str, where: str) -> tuple[str, str]:
-    """The reason and text for a name the grammar does not bind."""
-    if name.startswith("__"):
-        return "static.forbidden_attribute", f"{name} in {where}: dunder names are introspection (module name, " \
-                                             "file, builtins) and tell the gate from production"
-    if hasattr(builtins, name):
-        return "static.forbidden_call", f"{name} in {where}: not an allowlisted builtin (introspection, dynamic " \
-                                        "code, I/O or state)"
-    return "static.forbidden_call", f"{name} in {where}: not defined in this file nor allowlisted"
-
-
-def in_compares(fn: ast.AST) -> set[int]:
-    """Nodes inside a comparison: a narrow dtype named there only yields a bool (`if x.dtype == tl.float16`)."""
-    return {id(n) for c in ast.walk(fn) if isinstance(c, ast.Compare) for n in ast.walk(c)}
-
-
-def narrow(e: ast.AST, q: str | None, compares: set[int], facts: Facts) -> None:
-    """A narrow float dtype named anywhere but in a comparison computes or stores in it: static.precision."""
-    if q in A.NARROW_DTYPES and id(e) not in compares:
-        facts.add("static.precision", e, f"{ast.unparse(e)[:40]} ({q.split('.')[-1]}) outside a comparison: computes "
-                                         "or stores in a narrower float than the data; use the data's own dtype "
-                                         "(x.dtype, ptr.dtype.element_ty)")
-
-
-def precision(call: ast.Call, facts: Facts) -> None:
-    """Reduced-precision switches in a call's keywords (tf32 products): static.precision."""
-    for k in call.keywords:
-        v = k.value
-        if k.arg == "allow_tf32" and not (isinstance(v, ast.Constant) and v.value is False) or \
-                k.arg == "input_precision" and not (isinstance(v, ast.Constant) and v.value == A.DOT_PRECISION) or \
-                k.arg == "max_num_imprecise_acc" and not (isinstance(v, ast.Constant) and v.value in (None, 0)):
-            facts.add("static.precision", call, f"{k.arg}={ast.unparse(v)[:30]}: reduced-precision products")
-
-
-# --- decorators -----------------------------------------------------------------------------------------------------
-
-def check_decorators(fn: ast.FunctionDef, facts: Facts) -> None:
-    *outer, jit = fn.decorator_list
-    if isinstance(jit, ast.Call):
-        if jit.args:
-            facts.add("static.forbidden_call", jit, "triton.jit(...) takes keyword options only")
-        for k in jit.keywords:
-            if k.arg not in A.JIT_KWARGS or not literal(k.value):
-                facts.add("static.forbidden_call", jit, f"triton.jit({k.arg}=...): only literal "
-                                                        f"{', '.join(sorted(A.JIT_KWARGS))}")
-    for d in outer:
-        q = facts.qual(d.func) if isinstance(d, ast.Call) else None
-        if q == "triton.heuristics":
-            _heuristics(d, facts)
-        elif q == "triton.autotune":
-            _autotune(d, facts)
-        else:
-            facts.add("static.forbidden_call", d, f"@{ast.unparse(d)[:50]} on {fn.name}: only triton.autotune and "
-                                                  "triton.heuristics may wrap a @triton.jit kernel")
-
-
-def _heuristics(d: ast.Call, facts: Facts) -> None:
-    if d.keywords or len(d.args) != 1 or not isinstance(d.args[0], ast.Dict):
-        facts.add("static.forbidden_call", d, "triton.heuristics takes one literal dict {'NAME': lambda args: ...}")
-        return
-    for k, v in zip(d.args[0].keys, d.args[0].values):
-        if not (isinstance(k, ast.Constant) and isinstance(k.value, str)):
-            facts.add("static.forbidden_syntax", d, "triton.heuristics keys are string literals")
-        a = v.args if isinstance(v, ast.Lambda) else None
-        if a is None or len(a.args) != 1 or a.defaults or a.vararg or a.kwarg or a.kwonlyargs or a.posonlyargs:
-            facts.add("static.forbidden_syntax", v, "a heuristic is `lambda args: <expression>`")
-            continue
-        _heuristic_expr(v.body, a.args[0].arg, facts)
-
-
-def _heuristic_expr(e: ast.AST, param: str, facts: Facts) -> None:
-    """Arithmetic on args['name'], literals and module constants; min/max/abs, triton.cdiv/next_power_of_2, math."""
-    if isinstance(e, ast.Constant) or isinstance(e, ast.Name) and e.id in facts.constants:
-        return
-    if isinstance(e, ast.Subscript) and isinstance(e.value, ast.Name) and e.value.id == param:
-        if not (isinstance(e.slice, ast.Constant) and isinstance(e.slice.value, str)):
-            facts.add("static.forbidden_syntax", e, f"{ast.unparse(e)[:40]}: index args with a string literal")
-        return
-    if isinstance(e, (ast.BinOp, ast.UnaryOp, ast.BoolOp, ast.Compare, ast.IfExp, ast.Tuple)):
-        if isinstance(e, ast.Compare):
-            from autokernel.gate.static_host import _special
-            ops = [e.left] + e.comparators
-            if any(isinstance(op, (ast.Eq, ast.NotEq, ast.In, ast.NotIn)) and (_special(a) or _special(b))
-                   for op, a, b in zip(e.ops, ops, ops[1:])):
-                facts.add("static.shape_special_case", e, f"{ast.unparse(e)[:50]} in a heuristic: a size equal to a "
-                                                          "literal special-cases the shapes tests use")
-        if isinstance(e, ast.BinOp) and isinstance(e.op, ast.MatMult):
-            facts.add("static.forbidden_call", e, "@ in a heuristic: compute outside the kernel")
-        for child in ast.iter_child_nodes(e):
-            if isinstance(child, ast.expr):
-                _heuristic_expr(child, param, facts)
-        return
-    if isinstance(e, ast.Call) and not e.keywords:
-        q = facts.qual(e.func)
-        if isinstance(e.func, ast.Name) and e.func.id in A.HEURISTIC_BUILTINS and e.func.id not in facts.aliases or \
-                q in {f"triton.{n}" for n in A.TRITON_HOST} | {f"math.{n}" for n in A.MATH_FUNCTIONS}:
-            for a in e.args:
-                _heuristic_expr(a, param, facts)
-            return
-        facts.add("static.forbidden_call", e, f"{ast.unparse(e)[:50]} in a heuristic: only min/max/abs, "
-                                              "triton.cdiv/next_power_of_2 and math functions")
-        return
-    facts.add("static.forbidden_syntax", e, f"{ast.unparse(e)[:50]} in a heuristic: arithmetic on args['name'] "
-                                            "and literals only")
-
-
-def _autotune(d: ast.Call, facts: Facts) -> None:
-    if d.args:
-        facts.add("static.forbidden_call", d, "triton.autotune takes configs=[...] and key=[...] by keyword")
-    for k in d.keywords:
-        if k.arg not in A.AUTOTUNE_KWARGS:
-            facts.add("static.forbidden_call", d, f"triton.autotune({k.arg}=...): only configs and key (hooks and "
-                                                  "custom benchmarking run arbitrary code around the launch)")
-        elif k.arg == "key" and not (isinstance(k.value, (ast.List, ast.Tuple)) and all(
-                isinstance(e, ast.Constant) and isinstance(e.value, str) for e in k.value.elts)):
-            facts.add("static.forbidden_syntax", d, "triton.autotune key=[...] lists string literals")
-        elif k.arg == "configs":
-            if not isinstance(k.value, (ast.List, ast.Tuple)):
-                facts.add("static.forbidden_syntax", d, "triton.autotune configs=[triton.Config(...), ...] literal")
-                continue
-            for c in k.value.elts:
-                _config(c, facts)
-
-
-def _config(c: ast.AST, facts: Facts) -> None:
-    if not (isinstance(c, ast.Call) and facts.qual(c.func) == "triton.Config"):
-        facts.add("static.forbidden_syntax", c, f"{ast.unparse(c)[:40]}: configs are triton.Config(...) literals")
-        return
-    meta = c.args[0] if c.args else None
-    ok = len(c.args) == 1 and isinstance(meta, ast.Dict) and all(
-        isinstance(k, ast.Constant) and isinstance(k.value, str) for k in meta.keys) and all(
-        literal(v) for v in meta.values)
-    if not ok:
-        facts.add("static.forbidden_syntax", c, "triton.Config({'NAME': literal, ...}, num_warps=..): literals only")
-    for k in c.keywords:
-        if k.arg not in A.CONFIG_KWARGS:
-            facts.add("static.forbidden_call", c, f"triton.Config({k.arg}=...): only "
-                                                  f"{', '.join(sorted(A.CONFIG_KWARGS))} (a hook runs code)")
-        elif not literal(k.value):
-            facts.add("static.forbidden_syntax", c, f"triton.Config({k.arg}=...): a literal")
 
 
 # --- kernel bodies ---------------------------------------------------------------------------------------------------
@@ -192,7 +42,6 @@ class _Kernel:
                 self.locals.add(n.id)
         self.where = f"@triton.jit {fn.name}"
         self.compares = in_compares(fn)
-        from autokernel.gate.static_host import shadows
         for n in sorted(self.locals):
             if shadows(n, facts):
                 facts.add("static.forbidden_syntax", fn, f"{n} in {self.where}: a parameter or local that rebinds a "
@@ -207,7 +56,6 @@ class _Kernel:
             self.facts.add(reason, node, detail)
 
     def run(self) -> None:
-        from autokernel.gate.static_host import check_annotation, check_arguments
         check_arguments(self.fn, self.facts)
         if self.fn.returns is not None:
             check_annotation(self.fn.returns, self.facts)
@@ -224,7 +72,6 @@ class _Kernel:
             self.target(s.target, plain=True)
             self.expr(s.value)
         elif isinstance(s, ast.AnnAssign):
-            from autokernel.gate.static_host import check_annotation
             self.target(s.target, plain=True)
             check_annotation(s.annotation, self.facts)
             if s.value is not None:
