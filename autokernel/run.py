@@ -145,8 +145,9 @@ def work_on(op: str, state: RunState, ctx: Context) -> OpOutcome:
         return out
     console.print(plain("".join(difflib.unified_diff(incumbent.read_text().splitlines(True),
                                                      best.source.splitlines(True),
-                                                     f"a/kernels/{op}.py", f"b/kernels/{op}.py"))), markup=False)
-    console.print("\n".join(report.perf_table(m, op)), markup=False)
+                                                     f"a/kernels/{op}.py", f"b/kernels/{op}.py"))), markup=False,
+                  soft_wrap=True)
+    console.print("\n".join(report.perf_table(m, op)), markup=False, soft_wrap=True)
     branch = f"{pol.git.branch_prefix}{datetime.date.today().isoformat()}-{op}"
     if not ctx.yes and not (ctx.interactive and _confirm(console, f"Commit kernels/{op}.py to branch {branch}?")):
         out.status = "declined"

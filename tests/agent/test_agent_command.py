@@ -1,5 +1,6 @@
 """agent_command: one session, a summary, exit codes; bad input is a UserError naming what to fix."""
 import json
+from pathlib import Path
 
 import pytest
 from agent_helpers import StubEvaluator
@@ -13,10 +14,16 @@ from autokernel.errors import UserError
 from autokernel.policy import Policy
 
 
+SLOW_RMSNORM = Path(__file__).parents[1] / "run" / "slow_rmsnorm.py"  # a BLOCK_N literal the search can tune
+
+
 def test_search_session_prints_a_summary_and_exits_0(tmp_path):
+    engine = tmp_path / "engine"
+    (engine / "kernels").mkdir(parents=True)
+    (engine / "kernels" / "rmsnorm.py").write_text(SLOW_RMSNORM.read_text())
     lines = []
     rc = agent_command("rmsnorm", "search", run_dir=tmp_path, policy=Policy(), evaluator=StubEvaluator(),
-                       echo=lines.append)
+                       echo=lines.append, repo=engine)
     assert rc == 0
     text = "\n".join(lines)
     assert "agent: search:seed=0 on rmsnorm; budget 6 candidates" in text

@@ -55,7 +55,8 @@ def test_run_commits_or_cleanly_reports_no_improvement(clone, trace):
         (branch,) = new
         c = clone.commit(branch)
         assert c.parents[0].hexsha == before[1] and "kernels/rmsnorm.py" in c.stats.files
-        for needle in ("speedup", "KL mean", "top-1", "Reproduce: `autokernel verify rmsnorm", "Device:"):
+        for needle in ("speedup", "KL mean", "top-1", "autokernel verify rmsnorm kernels/rmsnorm.py --seed",
+                       "Device:"):
             assert needle in c.message
 
 
