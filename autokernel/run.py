@@ -211,16 +211,23 @@ def fits(op: str, t: dict, pol, console: Console) -> bool:
 
 
 def context(*, agent, model, base_url, repo, policy_file, console, yes=False, interactive=False, llm=None,
-            make_evaluator=None) -> Context:
-    """Everything checked before any slow step: the checkout (a git work tree with kernels/), the policy, and the
-    model — building it checks the provider, its API key and --base-url (exit 2, one line)."""
+            make_evaluator=None, nightly: bool = False) -> Context:
+    """Everything checked before any slow step (exit 2, one line): the checkout (a git work tree with kernels/), the
+    policy, the provider with its API key and --base-url (one probe of the server), the sandbox's isolation for
+    candidates from an untrusted author (an LLM, or the unattended nightly), and the model itself."""
+    from autokernel import sandbox
     from autokernel.agent.command import agent_settings, make_model
+    from autokernel.agent.providers import preflight
     from autokernel.git import toplevel
     layout = paths.target(repo)
     toplevel(layout.root)  # not a git work tree: exit 2 now, not after the session
     found = layout.root / "policies.yaml"
     pol = policy_mod.load(policy_file or (found if found.is_file() else None))
     settings = agent_settings(pol, agent, model, base_url)
+    if llm is None:
+        preflight(settings.provider, settings.model, settings.base_url)
+    if make_evaluator is None:
+        sandbox.preflight(pol.sandbox, untrusted_author=nightly or settings.provider != "search")
     return Context(layout, pol, settings, llm or make_model(settings, seed=0), make_evaluator or sandbox_evaluator,
                    console, yes, interactive)
 
@@ -329,7 +336,7 @@ def nightly_cmd(
     if open_pr and not token:
         raise UserError("--open-pr needs GITHUB_TOKEN in the environment")
     ctx = context(agent=agent, model=model, base_url=base_url, repo=repo, policy_file=policy_file, console=console,
-                  yes=True)
+                  yes=True, nightly=True)
     state, outcomes = pipeline(ctx, op=op, resume=None, trace=trace)
     out.mkdir(parents=True, exist_ok=True)
     committed = [o for o in outcomes if o.status == "committed"]

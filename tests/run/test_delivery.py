@@ -160,6 +160,19 @@ def test_cli_refuses_a_repo_that_is_not_an_autokernel_checkout(tmp_path):
     assert "not an autokernel checkout" in r.stderr and "Traceback" not in r.stderr
 
 
+def test_unreachable_base_url_is_refused_before_profiling(clone, monkeypatch):
+    import socket
+    with socket.socket() as sock:  # a port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    from autokernel.profile import profiler
+    monkeypatch.setattr(profiler, "profile", lambda **kw: pytest.fail("profiled before checking the server"))
+    with pytest.raises(UserError, match=f"127.0.0.1:{port}") as e:
+        run.context(agent="openai", model="m", base_url=f"http://127.0.0.1:{port}/v1",
+                    repo=Path(clone.working_tree_dir), policy_file=None, console=Console(file=io.StringIO()))
+    assert "\n" not in str(e.value)
+
+
 def test_missing_key_is_refused_before_profiling(clone, monkeypatch):
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     from autokernel.profile import profiler
