@@ -161,6 +161,7 @@ def describe() -> str:
         f"attributes .{{{names(TENSOR_ATTRS)}}} (device only passed on). No arithmetic, comparison, indexing "
         "by a tensor or truth test on tensors (that is compute: do it in the kernel), no .to()/.half()/.float() "
         "casts, no torch.backends/cuda/version, no getattr/setattr/globals/dunder names, no private attributes.",
-        "Explicit float16/bfloat16/float8 dtypes as call arguments and tf32 switches are static.precision; cast "
-        "to the data's own dtype (x.dtype, ptr.dtype.element_ty).",
+        "float16/bfloat16/float8 dtypes named anywhere but in a comparison, and tf32 switches, are "
+        "static.precision: cast to the data's own dtype (x.dtype, ptr.dtype.element_ty). A shape compared for "
+        "equality with a literal other than 0/1 outside an assert is static.shape_special_case.",
     ])
