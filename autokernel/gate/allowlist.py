@@ -31,7 +31,7 @@ TL_DTYPES = frozenset({"float16", "bfloat16", "float32", "float64", "int1", "int
                        "float8e4b15"})
 TL_FUNCTIONS = frozenset({
     # indexing, memory
-    "program_id", "num_programs", "arange", "load", "store", "make_block_ptr", "advance",
+    "program_id", "num_programs", "arange", "load", "store", "make_block_ptr", "advance", "swizzle2d",
     "multiple_of", "max_contiguous", "max_constancy", "assume",
     # construction, shape
     "zeros", "zeros_like", "full", "cast", "reshape", "view", "permute", "trans", "broadcast", "broadcast_to",
