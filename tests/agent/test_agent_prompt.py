@@ -51,3 +51,13 @@ def test_tools_file_declares_the_four_tools():
     tools = prompt.tools_file()["tools"]
     assert [t["name"] for t in tools] == ["read_kernel", "read_spec", "submit_candidate", "finish"]
     assert all(t["description"] and t["parameters"]["type"] == "object" for t in tools)
+
+
+def test_system_prompt_carries_the_gates_allowlist(rmsnorm_prompt, monkeypatch):
+    """The static stage's grammar is in the prompt, so the rules are read, not learnt by losing submissions; a gate
+    without the allowlist module still builds a prompt (the reason codes name every rule)."""
+    from autokernel.gate.allowlist import describe
+    assert describe() in rmsnorm_prompt.system and "triton.{cdiv, next_power_of_2}" in rmsnorm_prompt.system
+    assert "answered from memory and not counted" in " ".join(rmsnorm_prompt.system.split())
+    monkeypatch.setitem(__import__("sys").modules, "autokernel.gate.allowlist", None)  # import fails
+    assert "allowlist is not available" in prompt.allowlist()

@@ -270,3 +270,47 @@ def test_search_stops_when_another_evaluation_cannot_fit(tmp_path):
     assert "50 s of the wall-clock budget" in result.detail and now[0] == 300.0
 
 
+
+
+SLOW_WALL_S = 900.0  # the wall budget of the real search below (measured: see its docstring)
+
+
+@pytest.mark.slow
+def test_search_finds_the_planted_win_through_the_real_evaluator(tmp_path):
+    """One real offline search on CPU: the planted file is the incumbent of a temporary checkout, every candidate
+    goes through the sandboxed gate (every stage, end-to-end KL included; float32 normal inputs to keep it minutes)
+    and the interleaved benchmark against the planted incumbent. The search must find a win whose interval's lower
+    bound is >= 1.5x (Triton-interpreter timings), inside the wall budget, every candidate passing the gate."""
+    import shutil
+    import time
+
+    import torch
+
+    from autokernel.paths import Layout
+    root = tmp_path / "checkout"
+    shutil.copytree(KERNELS, root / "kernels")
+    (root / "kernels" / "rmsnorm.py").write_text(PLANTED)
+    policy = Policy()
+    policy.agent.max_wall_s, policy.agent.max_iterations, policy.agent.target_fraction_of_peak = SLOW_WALL_S, 12, 1.0
+    policy.bench.max_time_s = 10.0
+    run_dir = tmp_path / "run"
+    ev = SandboxEvaluator(run_dir, policy, layout=Layout(root),
+                          verify_kwargs={"dtypes": [torch.float32], "dists": ["normal"]})
+    prompt = build("rmsnorm", policy.agent, kernel_file=root / "kernels" / "rmsnorm.py")
+    t0 = time.monotonic()
+    result = Session("rmsnorm", SearchModel(seed=0, min_speedup=policy.bench.min_speedup), ev, prompt, policy.agent,
+                     run_dir).run()
+    elapsed_s = time.monotonic() - t0
+    messages = json.loads((run_dir / "transcript.json").read_text())["messages"]
+    blocks = [find_knobs(c["arguments"]["source"], launch_options=False)[0].default for m in messages
+              for c in m.get("tool_calls") or [] if c["name"] == "submit_candidate"]
+    verdicts = [json.loads(p.read_text()) for p in run_dir.glob("*/feedback.json")]
+    print(f"\nreal search: {elapsed_s:.0f} s, {result.submitted} candidates (BLOCK_N {blocks}), {result.status}: "
+          f"{result.detail}; " + "; ".join(v["summary"] for v in verdicts))
+    assert result.best is not None, result.detail
+    fb = result.best.feedback
+    assert fb.accepted and fb.device == "cpu-interpreter" and fb.speedup_ci[0] >= 1.5, fb.summary
+    assert find_knobs(result.best.source, launch_options=False)[0].default >= 256
+    assert elapsed_s <= SLOW_WALL_S + 60  # the budget, plus at most the tail of the evaluation running at its end
+    assert len(verdicts) == result.submitted  # every candidate passed the gate; only the bench may say "no win"
+    assert all(v["verdict"] == "accepted" or v["reasons"][0]["stage"] == "bench" for v in verdicts), verdicts
