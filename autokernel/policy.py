@@ -80,7 +80,8 @@ class Agent(_Section):
     max_usd: float = Field(2.0, ge=0)
     """Cost budget per op session, from the price table."""
     max_wall_s: float = Field(600.0, gt=0)
-    """Wall-clock budget per op session."""
+    """Wall-clock budget per op session: one deadline, passed to every model call (a stalled or slow stream is
+    abandoned at it) and every evaluation; the offline search stops proposing when another evaluation cannot fit."""
     target_fraction_of_peak: float = Field(0.8, gt=0, le=1)
     """Stop early once a candidate reaches this fraction of the roofline."""
     top_k_ops: int = Field(1, ge=1)
