@@ -59,12 +59,15 @@ def verify_command(op: str, candidate: Path, trace: Path | None = None, seed: in
             raise UserError(f"{candidate}: no such candidate file")
         shapes = load_trace_shapes(Path(trace), op) if trace else None
         policy = _policy()
+        from autokernel import paths
+        layout = paths.target()  # the signature is the incumbent's of the checkout verify runs in
+        kernels_dir = layout.kernels if (layout.kernels / f"{op}.py").is_file() else None
     except UserError as e:
         print(f"autokernel verify: error: {e}", file=sys.stderr)
         return 2
     from autokernel.gate import verify
     try:
-        v = verify(op, candidate, shapes=shapes, seed=seed, policy=policy)
+        v = verify(op, candidate, shapes=shapes, seed=seed, policy=policy, kernels_dir=kernels_dir)
     except OSError as e:
         print(f"autokernel verify: error: {e}", file=sys.stderr)
         return 2
