@@ -285,3 +285,19 @@ def test_model_unavailable_is_an_error_not_a_limit(tmp_path, rmsnorm_prompt):
             raise ModelUnavailable("openai: HTTP 500 from http://x after 4 retries: boom")
     result = Session("rmsnorm", Down([]), StubEvaluator(), rmsnorm_prompt, Agent(), tmp_path).run()
     assert result.status == "model_error" and result.error.startswith("openai: HTTP 500") and result.best is None
+
+
+def test_a_second_submission_in_the_turn_that_spent_the_budget_is_not_evaluated(tmp_path, rmsnorm_prompt):
+    clock = Clock()
+
+    class Slow(StubEvaluator):
+        def evaluate(self, op, source):
+            clock.now += 150.0
+            return super().evaluate(op, source)
+    other = GOOD.replace("num_warps=8", "num_warps=2")
+    model = ScriptedModel([turn("", ("submit_candidate", {"source": GOOD}), ("submit_candidate", {"source": other}))])
+    ev = Slow()
+    result = Session("rmsnorm", model, ev, rmsnorm_prompt, Agent(max_wall_s=100), tmp_path, clock=clock).run()
+    t = json.loads((tmp_path / "transcript.json").read_text())
+    assert ev.calls == [GOOD] and t["messages"][-1]["content"].startswith("error: the wall-clock budget is spent")
+    assert result.status == "limit" and result.submitted == 1
