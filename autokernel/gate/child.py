@@ -1,8 +1,8 @@
 """The trusted harness inside the sandbox: import a candidate, call it under watch, save what it returned.
 
 Runs in the sandboxed child as `autokernel.gate.child:numeric` (autokernel.sandbox contract). It never sees the seed
-or the reference: the parent generated the inputs into job_dir and compares the saved outputs itself. This side
-checks what only the process that ran the candidate can see:
+or the reference: the parent generated the inputs (the job's read-only input directory) and compares the returned
+outputs itself. This side checks what only the process that ran the candidate can see:
 
 - runtime: the candidate's own @triton.jit kernel launched on every call; torch ran no compute (an aten-level
   allowlist, below); torch flags, RNG states, patched functions, trusted modules and thread count unchanged by the
@@ -13,9 +13,10 @@ checks what only the process that ran the candidate can see:
 Every fresh allocation made while the candidate runs (torch.empty & co., at import and in calls) is filled with the
 parent's poison, a NaN with a random payload, so an output element the kernel never wrote shows in the parent.
 
-Calls per case: (1) inputs A; and, where the parent sent refill values B, (2) a fresh copy of A at new addresses
-(determinism) and (3) A's tensors refilled in place with B, same addresses and ids (output caches keyed on id,
-data_ptr, shape or _version).
+Calls: the parent's list, in its (secret, shuffled) order, each naming its case, its mode (fresh: the case's tensors
+A as loaded; copy: A's first values at new addresses; refill: new values written into A's own storages, same
+objects, addresses and ids; repeat: A as it stands) and the order the interpreter runs the grid's programs in
+(ProgramOrder). This side does not know which call is checked how: all of them are, in the parent.
 
 Allowed aten ops during a call (anything else is runtime.torch_compute):
   allocation  empty*, new_empty*, zeros*/ones*/full* and new_*, fill_ with a Python scalar, zero_
@@ -30,7 +31,6 @@ from __future__ import annotations
 
 import builtins
 import hashlib
-import importlib.util
 import io
 import os
 import random
@@ -43,23 +43,19 @@ from pathlib import Path
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from autokernel import kernel_loader
+
 if not torch.cuda.is_available():  # before triton is imported: kernels run through the interpreter (kernels/__init__)
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-ALLOC = frozenset({"empty", "empty_strided", "empty_like", "new_empty", "new_empty_strided", "zeros", "zeros_like",
-                   "new_zeros", "ones", "ones_like", "new_ones", "full", "full_like", "new_full", "zero_"})
-VIEW = frozenset({"view", "_unsafe_view", "reshape", "_reshape_alias", "as_strided", "expand", "expand_as",
-                  "permute", "transpose", "t", "slice", "select", "narrow", "squeeze", "unsqueeze", "split",
-                  "split_with_sizes", "unsafe_split", "chunk", "unbind", "unfold", "alias", "detach", "view_as",
-                  "flatten", "unflatten", "movedim"})
-COPY = frozenset({"clone", "contiguous", "copy_", "_to_copy"})
-LAUNCH_ONLY = frozenset({"set_"})
-POISONED = frozenset({"empty", "empty_strided", "empty_like", "new_empty", "new_empty_strided"})
+from autokernel.gate.allowlist import ALLOC, COPY, LAUNCH_ONLY, POISONED, VIEW  # noqa: E402  (one table: static too)
+ALLOWED_OPS = ALLOC | VIEW | COPY | LAUNCH_ONLY | {"fill_"}  # by name: what the parent re-checks each call's ops for
 TRUSTED_MODULES = ("autokernel.ops", "autokernel.engine", "autokernel.bench", "kernels")
 INT_OF_SIZE = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 # Bound before any candidate code runs: what the harness itself calls afterwards.
 _save, _equal, _empty, _perf = torch.save, torch.equal, torch.empty, time.perf_counter
+_BytesIO = io.BytesIO  # the output snapshots' buffer (autokernel.sandbox: outputs go back through the result pipe)
 
 
 class Forbidden(BaseException):
@@ -130,8 +126,10 @@ class LaunchHook:
     def __init__(self, module_name: str, guard: Guard):
         self.module_name, self.guard, self.count = module_name, guard, 0
         self.patched: list[tuple[type, object]] = []
+        self.order = ProgramOrder()
 
     def install(self) -> None:
+        self.order.install()
         from triton.runtime.jit import JITFunction
         classes = [JITFunction]
         try:
@@ -161,7 +159,58 @@ class LaunchHook:
         return run
 
     def identity(self) -> dict[str, int]:
-        return {f"{cls.__qualname__}.run": id(cls.__dict__["run"]) for cls, _ in self.patched}
+        ids = {f"{cls.__qualname__}.run": id(cls.__dict__["run"]) for cls, _ in self.patched}
+        return {**ids, **self.order.identity()}
+
+
+class ProgramOrder:
+    """Runs the Triton interpreter's grid programs in the order each call asks for: "asc" (the interpreter's own),
+    "desc" or a seeded "shuffle" (autokernel/gate/schedule.py). The interpreter loops x, y, z in order and announces
+    each program with set_grid_idx; this remaps the announced index through a permutation of the whole grid, so a
+    program's result can depend on another's only if the kernel races (a GPU gives no order either). Compiled
+    kernels (CUDA) are left alone: the hardware already orders programs as it likes."""
+
+    def __init__(self):
+        self.mode, self.rng = "asc", random.Random(0)
+        self.dims: tuple[int, int, int] = (1, 1, 1)
+        self.perm: list[int] | None = None
+        self.cls = None
+
+    def set(self, mode: str, seed: int) -> None:
+        self.mode = mode
+        self.rng.seed(seed)
+
+    def install(self) -> None:
+        try:
+            from triton.runtime.interpreter import InterpreterBuilder
+        except ImportError:
+            return
+        self.cls = InterpreterBuilder
+        order, set_dim, set_idx = self, InterpreterBuilder.set_grid_dim, InterpreterBuilder.set_grid_idx
+
+        def set_grid_dim(builder, nx, ny, nz):
+            order.dims, n = (nx, ny, nz), nx * ny * nz
+            order.perm = None
+            if order.mode == "desc":
+                order.perm = list(range(n - 1, -1, -1))
+            elif order.mode == "shuffle":
+                order.perm = list(range(n))
+                order.rng.shuffle(order.perm)
+            return set_dim(builder, nx, ny, nz)
+
+        def set_grid_idx(builder, x, y, z):
+            if order.perm is not None:
+                _, ny, nz = order.dims
+                k = order.perm[(x * ny + y) * nz + z]
+                x, y, z = k // (ny * nz), (k // nz) % ny, k % nz
+            return set_idx(builder, x, y, z)
+
+        InterpreterBuilder.set_grid_dim, InterpreterBuilder.set_grid_idx = set_grid_dim, set_grid_idx
+
+    def identity(self) -> dict[str, int]:
+        if self.cls is None:
+            return {}
+        return {f"InterpreterBuilder.{m}": id(self.cls.__dict__[m]) for m in ("set_grid_dim", "set_grid_idx")}
 
 
 class Failure(Exception):
@@ -239,13 +288,14 @@ def _identities(hook: LaunchHook | None) -> tuple[dict[str, int], set[str]]:
     return ids, names
 
 
-def _trusted_modules() -> set[str]:
-    return {m for m in sys.modules if m.startswith(TRUSTED_MODULES)}
+def _trusted_modules(own: str) -> set[str]:
+    """Trusted modules loaded; the candidate's own module (kernels.<op>) is not one."""
+    return {m for m in sys.modules if m.startswith(TRUSTED_MODULES) and m != own}
 
 
 class Snapshot:
     def __init__(self, hook: LaunchHook | None):
-        self.flags, (self.ids, self.names), self.modules = _flags(), _identities(hook), _trusted_modules()
+        self.flags, (self.ids, self.names), self.modules = _flags(), _identities(hook), _trusted_modules(hook.module_name if hook else "")
         self.threads = threading.active_count()
         self.environ = dict(os.environ)
 
@@ -386,26 +436,23 @@ def _warm_up(guard: Guard) -> None:
     guard.ops.clear()
 
 
-def _import(path: Path, module_name: str):
-    spec = importlib.util.spec_from_file_location(module_name, path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[module_name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-def numeric(payload: dict, job_dir) -> dict:
-    """Sandbox entry. payload: op, candidate (file name in job_dir), poison {dtype: bits}, cases [{id, inputs,
-    refill}] (file names in job_dir), deterministic. Writes out/<id>.<call>.pt; returns launches and the failure."""
-    job = Path(job_dir)
-    op, module_name = payload["op"], f"autokernel_candidate_{payload['op']}"
-    (job / "out").mkdir(exist_ok=True)
+def numeric(payload: dict, inputs) -> dict:
+    """Sandbox entry. payload: op, candidate (file name in `inputs`, the job's read-only input directory), poison
+    {dtype: bits}, cases {case id: {a, b?, t?: file names in `inputs`}}, calls [{id, case, mode, values, order,
+    perm_key}] in the order to make them (autokernel/gate/schedule.py). Returns raw observations only: per call
+    made, its id, launches of the candidate's kernels, aten ops seen, seconds, and the torch.save bytes of its outputs
+    as the call returned them; the first failure seen here, if any. The parent judges everything (autokernel.sandbox:
+    results travel through the pipe, never through files)."""
+    job = Path(inputs)
+    op = payload["op"]
+    module_name = kernel_loader.module_name(op)  # kernels.<op>, as the engine loads it (autokernel.kernel_loader)
+    kernel_loader.neutral_process()
     guard = Guard(payload["poison"])
     hook = LaunchHook(module_name, guard)
     hook.install()
     _warm_up(guard)
     before = Snapshot(hook)
-    report: dict = {"failure": None, "cases": [], "calls": 0, "ops": {}}
+    report: dict = {"failure": None, "calls": [], "ops": {}}
 
     def fail(reason: str, detail: str, case: str | None = None) -> dict:
         report["failure"] = {"reason": reason, "detail": detail, "case": case}
@@ -414,7 +461,7 @@ def numeric(payload: dict, job_dir) -> dict:
 
     try:
         with guard:
-            mod = _import(job / payload["candidate"], module_name)
+            mod = kernel_loader.load_kernel(op, job / payload["candidate"])
     except BaseException as e:
         if guard.violation:
             return fail("runtime.torch_compute", f"{guard.violation} (at import)")
@@ -425,41 +472,58 @@ def numeric(payload: dict, job_dir) -> dict:
     d = before.diff(after_import)
     if d:
         return fail(d[0], d[1] + " (at import)")
-    launcher = vars(mod).get(op)
-    if not isinstance(launcher, types.FunctionType) or launcher.__module__ != module_name:
-        return fail("runtime.bad_launcher", f"{op} is a {type(launcher).__name__} from "
-                                            f"{getattr(launcher, '__module__', '?')}, not a function of the file")
+    try:
+        launcher = kernel_loader.launcher_of(mod, op)
+    except kernel_loader.KernelLoadError as e:
+        return fail("runtime.bad_launcher", str(e))
 
+    state: dict[str, _CaseState] = {}
     kept: list[torch.Tensor] = []  # recent outputs stay alive: a later call may not hand their storage out again
     t0 = _perf()
-    for case in payload["cases"]:
-        cid = case["id"]
+    for call in payload["calls"]:
+        cid = call["case"]
+        where = f"call {call['id']} ({call['mode']} {call['values']}, programs {call['order']}), case {cid}"
         try:
-            a = torch.load(job / case["inputs"], weights_only=True)
-            b = torch.load(job / case["refill"], weights_only=True) if case.get("refill") else None
-            launches = []
-            calls = [("call 1", lambda: a)]
-            if b is not None:
-                calls += [("call 2, same values at new addresses", lambda: _fresh_copy(a)),
-                          ("call 3, inputs refilled in place", lambda: _refill(a, b))]
-            kept = kept[-6:]  # the previous case's outputs stay alive too
-            t_case = _perf()
-            for k, (where, args) in enumerate(calls, start=1):
-                outs = _call(launcher, args(), guard, hook, f"{where}, case {cid}", kept)
-                launches.append(hook.count)
-                report["calls"] += 1
-                kept.extend(outs)
-                _save(outs, job / "out" / f"{cid}.{k}.pt")
-            report["cases"].append({"id": cid, "launches": launches, "seconds": round(_perf() - t_case, 4)})
+            st = state.get(cid) or state.setdefault(cid, _CaseState(job, payload["cases"][cid]))
+            args = st.args(call["mode"], call["values"])
+            hook.order.set(call["order"], call["perm_key"])
+            ops_before = dict(guard.ops)
+            t_call = _perf()
+            outs = _call(launcher, args, guard, hook, where, kept)
+            seconds = _perf() - t_call
+            hook.order.set("asc", 0)
+            kept = (kept + outs)[-8:]
+            snap = _BytesIO()  # the values as the call returned them, not as a later thread leaves them
+            _save(outs, snap)
+            report["calls"].append({"id": call["id"], "launches": hook.count, "seconds": round(seconds, 5),
+                                    "ops": {k: n - ops_before.get(k, 0) for k, n in guard.ops.items()
+                                            if n != ops_before.get(k, 0)},
+                                    "outputs": snap.getvalue()})
         except Failure as f:
             return fail(f.reason, f.detail, cid)
-        finally:
-            for f in (case["inputs"], case.get("refill")):
-                if f:
-                    (job / f).unlink(missing_ok=True)
     report["candidate_s"] = _perf() - t0
     d = after_import.diff(Snapshot(hook))
     if d:
         return fail(d[0], d[1] + " (during the calls)")
     report["ops"] = guard.ops
     return report
+
+
+class _CaseState:
+    """One case's tensors in the child: A (the objects of the first call, refilled in place later), and a pristine
+    copy of A's values for calls at new addresses. Value sets (a, b, t) are loaded from the input directory."""
+
+    def __init__(self, job: Path, files: dict[str, str]):
+        self.job, self.files = job, files
+        self.a = self.current = self.load("a")
+        self.pristine = _fresh_copy(self.a)
+
+    def load(self, values: str) -> dict:
+        return torch.load(self.job / self.files[values], weights_only=True)
+
+    def args(self, mode: str, values: str) -> dict:
+        if mode == "copy":  # the pristine values at new addresses (and new tensor objects)
+            return _fresh_copy(self.pristine)
+        if mode == "refill":  # new values written into A's own storages: same objects, addresses, ids
+            self.current = _refill(self.a, self.load(values))
+        return self.current  # fresh: A as loaded; repeat: A as it stands

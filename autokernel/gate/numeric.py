@@ -1,42 +1,37 @@
 """The gate's runtime and numeric stages, parent side: make the inputs, run the candidate in the sandbox, judge.
 
-The parent (trusted, the autokernel process) generates every input from a secret seed and writes it into the job
-dir; the child (autokernel.gate.child, in the sandbox) runs the candidate first and saves what it returned; only then
-does the parent compute the float64 reference and eager torch on private copies and compare. The candidate never
-sees the seed, the generator, the reference or the tolerance (DESIGN.md trust rules 1-2).
+The parent (trusted, the autokernel process) generates every input from a secret seed and hands it to the sandbox
+job read-only; the child (autokernel.gate.child) runs the candidate and returns raw observations and outputs; only
+then does the parent compute the float64 reference and eager torch on private copies and judge every call
+(autokernel.gate.judge). The candidate never sees the seed, the generator, the reference or the tolerance
+(DESIGN.md trust rules 1-2), and the parent takes nothing the child says as truth.
 
-Cases are shape x dtype x distribution: the traced (or model) shapes, the spec's odd shapes and one shape larger than
-any traced, each dtype of the spec, and every distribution of autokernel.ops.spec plus "mixed" (all of them
-interleaved elementwise in one tensor, so a kernel that samples a few values to pick a path is wrong somewhere).
+Cases are shape x dtype x distribution (autokernel.gate.schedule): the traced (or model) shapes, the spec's odd shapes,
+a larger one and a sweep of the leading dimension; each dtype of the spec; every distribution of autokernel.ops.spec
+plus "mixed" (all of them interleaved elementwise in one tensor, so a kernel that samples a few values to pick a path
+is wrong somewhere). Each case makes one to five calls (fresh, copy, refills, repeat), interleaved with the other
+cases' calls in a secret order, with the grid's programs run in ascending, descending or shuffled order.
 """
 from __future__ import annotations
 
-import hashlib
 import random
-import shutil
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from autokernel import device
-from autokernel.gate.verdict import StageResult
-from autokernel.ops.spec import DISTRIBUTIONS, OpSpec, upcast
-from autokernel.ops.tolerance import compare
+from autokernel.gate import judge, schedule
+from autokernel.gate.verdict import REASONS, StageResult
+from autokernel.ops.spec import DISTRIBUTIONS, OpSpec
 
 DISTS = DISTRIBUTIONS + ("mixed",)
-CHUNK_BYTES = 256 << 20  # inputs written per sandbox job; bigger case sets run as several jobs
+CHUNK_BYTES = 256 << 20  # inputs per sandbox job; bigger case sets run as several jobs
 CHUNK_TIME_FRACTION = 0.4  # of the sandbox timeout, per job, as estimated from the smoke job's timings
 ENTRY = "autokernel.gate.child:numeric"
-# When eager torch itself breaks on an input (an fp16 x.pow(2) overflowing to inf, so a row comes out zero), 2x its
-# error is a tolerance that cannot fail (STYLE.md #5). Eager counts as broken when it is non-finite where the float64
-# reference is finite, or off by more than BROKEN_EAGER_FRACTION of the output's scale (imprecise is not broken: a
-# float32 rope at position 1000 is off by ~500 ulps and keeps its derived bound). The bound then is what the rule
-# gives a healthy eager of ~2 ulps: 2 x 2 + 4 = 8 ulps of the output's scale.
-BROKEN_EAGER_FRACTION = 0.125
-BROKEN_EAGER_ULPS = 8.0
+JOB_TIMEOUT_SLACK = 3.0  # a job's wall clock may run this many times its estimate before sandbox.timeout
 
 
 @dataclass
@@ -45,52 +40,25 @@ class Case:
     shape: dict[str, int]
     dtype: torch.dtype
     dist: str
-    calls: int  # 1, or 3: same values at new addresses, then new values at the same addresses
-    a: dict[str, Any]  # the call's arguments
-    b: dict[str, Any] | None  # new values for the same tensors (the in-place refill of call 3)
+    calls: int  # schedule.FULL or schedule.SINGLE: what the plan asked for
+    a: dict[str, Any]  # the first call's arguments
+    b: dict[str, Any] | None  # new values for the same tensors (an in-place refill)
+    t: dict[str, Any] | None = None  # a's values with a few elements from b (an in-place refill)
+    steps: list[tuple[str, str]] = field(default_factory=list)  # (mode, values) of each call, in order
 
     def label(self) -> str:
         dims = ",".join(f"{k}={v}" for k, v in self.shape.items())
         return f"{dims} {str(self.dtype).removeprefix('torch.')} {self.dist}"
 
 
-def _derive(seed: int, *parts: object) -> int:
-    h = hashlib.sha256(":".join(map(str, (seed, *parts))).encode()).digest()
-    return int.from_bytes(h[:8], "little") & ((1 << 63) - 1)
-
-
-def larger_shape(spec: OpSpec, shapes: list[dict[str, int]]) -> dict[str, int] | None:
-    """A shape past every traced one: the spec's own (extra['larger_shapes']) or the biggest traced shape with its
-    leading (batch/token) dimension doubled plus one (not a block multiple either)."""
-    if spec.extra.get("larger_shapes"):
-        return dict(spec.extra["larger_shapes"][0])
-    if not shapes:
-        return None
-    big = dict(max(shapes, key=spec.flops))
-    k = next(iter(big))
-    big[k] = 2 * big[k] + 1
-    return big
+_derive = schedule.derive
+larger_shape = schedule.larger_shape
 
 
 def plan(spec: OpSpec, shapes: list[dict] | None, dtypes: list[torch.dtype] | None,
-         dists: list[str] | None) -> list[tuple[dict, torch.dtype, str, int]]:
-    """(shape, dtype, dist, calls) for every case, smoke cases first.
-
-    Each (shape, dtype) gets all three calls (determinism, in-place refill) on its first distribution and one call on
-    the others: the three-call properties do not depend on the values, and the interpreter's time is the budget.
-    The smoke cases (every shape, first dtype, first distribution) run as their own sandbox job first, so most
-    wrong candidates are turned away after a fraction of the work.
-    """
-    traced = [dict(s) for s in (shapes if shapes is not None else spec.model_shapes)]
-    big = larger_shape(spec, traced)
-    all_shapes = []
-    for s in traced + [dict(s) for s in spec.odd_shapes] + ([big] if big else []):
-        if s not in all_shapes:
-            all_shapes.append(s)
-    dtypes, dists = list(dtypes or spec.dtypes), list(dists or DISTS)
-    grid = [(s, dt, d, 3 if d == dists[0] else 1) for s in all_shapes for dt in dtypes for d in dists]
-    smoke = [c for c in grid if c[1] == dtypes[0] and c[2] == dists[0]]
-    return smoke + [c for c in grid if c not in smoke]
+         dists: list[str] | None, seed: int = 0) -> list[tuple[dict, torch.dtype, str, int]]:
+    """(shape, dtype, dist, schedule.FULL | SINGLE) for every case, smoke cases first (autokernel.gate.schedule)."""
+    return schedule.plan(spec, shapes, dtypes, dists, DISTS, seed)
 
 
 def _inputs(spec: OpSpec, shape: dict, dtype: torch.dtype, dist: str, seed: int, dev: str) -> dict[str, Any]:
@@ -113,9 +81,13 @@ def _inputs(spec: OpSpec, shape: dict, dtype: torch.dtype, dist: str, seed: int,
 def make_case(spec: OpSpec, index: int, planned_case, seed: int) -> Case:
     shape, dtype, dist, calls = planned_case
     dev = "cuda" if device.is_cuda() else "cpu"
+    cid = f"c{index:03d}"
+    steps = schedule.case_steps(cid, calls, random.Random(_derive(seed, index, "steps"))).steps
+    used = {v for _, v in steps}
     a = _inputs(spec, shape, dtype, dist, _derive(seed, index, "a"), dev)
-    b = _inputs(spec, shape, dtype, dist, _derive(seed, index, "b"), dev) if calls == 3 else None
-    return Case(f"c{index:03d}", shape, dtype, dist, calls, a, b)
+    b = _inputs(spec, shape, dtype, dist, _derive(seed, index, "b"), dev) if used & {"b", "t"} else None
+    t = schedule.tweak(a, b, _derive(seed, index, "t")) if "t" in used else None
+    return Case(cid, shape, dtype, dist, calls, a, b, t, steps)
 
 
 def make_cases(spec: OpSpec, planned, seed: int) -> list[Case]:
@@ -129,113 +101,13 @@ def poison_bits(seed: int) -> dict[str, int]:
             "float32": 0x7FC00000 | r.randrange(1, 1 << 22), "float64": 0x7FF8000000000000 | r.randrange(1, 1 << 51)}
 
 
-def _nbytes(kwargs: dict) -> int:
+def _nbytes(kwargs: dict | None) -> int:
     seen, n = set(), 0
-    for v in kwargs.values():
+    for v in (kwargs or {}).values():
         if isinstance(v, torch.Tensor) and v.untyped_storage().data_ptr() not in seen:
             seen.add(v.untyped_storage().data_ptr())
             n += v.untyped_storage().nbytes()
     return n
-
-
-def _as_list(x) -> list:
-    return list(x) if isinstance(x, (tuple, list)) else [x]
-
-
-def _clone(kwargs: dict) -> dict:
-    return {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
-
-
-def _bits(t: torch.Tensor) -> torch.Tensor:
-    t = t.contiguous()
-    return t.view({1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()])
-
-
-class _Reject(Exception):
-    def __init__(self, reason: str, detail: str):
-        self.reason, self.detail = reason, detail
-
-
-def _judge_call(outs: list, eager: list, ref64: list, poison: dict[str, int], where: str,
-                worst: dict[str, float], mismatch_reason: str = "numeric.mismatch") -> None:
-    if len(outs) != len(eager):
-        raise _Reject("numeric.bad_output", f"{len(outs)} outputs, the reference has {len(eager)} ({where})")
-    for i, (o, e, r) in enumerate(zip(outs, eager, ref64)):
-        if type(o) is not torch.Tensor:
-            raise _Reject("numeric.bad_output", f"output {i} is a {type(o).__name__} ({where})")
-        if o.shape != e.shape or o.dtype != e.dtype:
-            raise _Reject("numeric.bad_output", f"output {i} is {tuple(o.shape)} {o.dtype}, the reference "
-                                                f"{tuple(e.shape)} {e.dtype} ({where})")
-        if e.is_contiguous() and not o.is_contiguous():
-            raise _Reject("numeric.bad_output", f"output {i} is not contiguous (strides {o.stride()}), the "
-                                                f"reference is ({where})")
-        name = str(o.dtype).removeprefix("torch.")
-        if name in poison and o.numel():
-            width = 8 * o.element_size()
-            p = poison[name] - (1 << width) if poison[name] >= 1 << (width - 1) else poison[name]
-            stale = _bits(o) == p
-            if bool(stale.any()):
-                first = [int(x) for x in torch.nonzero(stale.reshape(o.shape))[0]]
-                raise _Reject("numeric.unwritten", f"{int(stale.sum())} of {o.numel()} elements of output {i} never "
-                                                   f"written, first at {first} ({where})")
-        if not o.is_floating_point():
-            if not torch.equal(o.cpu(), r.to(o.dtype).cpu()):
-                raise _Reject(mismatch_reason, f"output {i}: {int((o.cpu() != r.to(o.dtype).cpu()).sum())} "
-                                               f"elements differ ({where})")
-            continue
-        r = r.to(torch.float64).cpu()
-        o64, o, e = o.cpu().to(torch.float64), o.cpu(), e.cpu()
-        # where the true value overflows the output dtype (fp16 products past 65504), inf is the right answer;
-        # elements whose reference is not finite at all are not compared
-        representable = torch.isfinite(r.to(o.dtype))
-        if not bool(representable.all()):
-            overflow = torch.isfinite(r) & ~representable
-            wrong_way = overflow & ~((o64.abs() >= torch.finfo(o.dtype).max) & (o64.sign() == r.sign()))
-            if bool(wrong_way.any()):
-                raise _Reject(mismatch_reason, f"output {i}: {int(wrong_way.sum())} elements past the "
-                                               f"{o.dtype} range are not ±inf of the right sign ({where})")
-            o, r, e = o[representable], r[representable], e[representable]
-            o64 = o.to(torch.float64)
-        finite_ref = torch.isfinite(r)
-        bad = ~torch.isfinite(o64) & finite_ref
-        if bool(bad.any()):
-            raise _Reject("numeric.nonfinite", f"{int(bad.sum())} NaN/Inf in output {i} where the reference is "
-                                               f"finite ({where})")
-        c = compare(o, r, e, o.dtype)
-        ulp_scale = torch.finfo(o.dtype).eps * max(c.scale, torch.finfo(o.dtype).tiny)
-        eager_broken = not bool(torch.isfinite(e.to(torch.float64))[finite_ref].all()) or \
-            c.eager_err > BROKEN_EAGER_FRACTION * c.scale
-        if eager_broken:  # see BROKEN_EAGER_FRACTION
-            bound = BROKEN_EAGER_ULPS * ulp_scale
-            ok = c.max_err <= bound
-            detail = f"max error {c.max_err:.3g} vs bound {bound:.3g} ({BROKEN_EAGER_ULPS:g} ulps of scale " \
-                     f"{c.scale:.3g}: eager torch itself is off by {c.eager_err:.3g} here)"
-        else:
-            bound, ok, detail = c.bound, c.ok, c.detail()
-        ratio = c.max_err / bound if bound > 0 else (0.0 if c.max_err == 0 else float("inf"))
-        worst[name] = max(worst.get(name, 0.0), ratio)
-        if not ok:
-            raise _Reject(mismatch_reason, f"output {i}: {detail} ({where})")
-
-
-def judge(spec: OpSpec, case: Case, outs: list[list], poison: dict[str, int], worst: dict[str, float]) -> None:
-    """The parent's checks on one case's three calls; raises _Reject with the first failure."""
-    eager_a = _as_list(spec.reference(**_clone(case.a)))
-    ref_a = _as_list(spec.reference(**upcast(case.a)))
-    _judge_call(outs[0], eager_a, ref_a, poison, f"{case.label()}, call 1", worst)
-    if case.calls == 1:
-        return
-    if spec.deterministic:
-        for i, (o1, o2) in enumerate(zip(outs[0], outs[1])):
-            if o1.shape != o2.shape or o1.dtype != o2.dtype or not torch.equal(_bits(o1), _bits(o2)):
-                raise _Reject("numeric.nondeterministic", f"output {i} differs between two calls on equal inputs "
-                                                          f"({case.label()})")
-    else:
-        _judge_call(outs[1], eager_a, ref_a, poison, f"{case.label()}, call 2", worst)
-    eager_b = _as_list(spec.reference(**_clone(case.b)))
-    ref_b = _as_list(spec.reference(**upcast(case.b)))
-    _judge_call(outs[2], eager_b, ref_b, poison, f"{case.label()}, call 3 after the inputs were refilled in place "
-                                                 "with new values", worst, mismatch_reason="numeric.caching")
 
 
 class _Stop(Exception):
@@ -243,78 +115,131 @@ class _Stop(Exception):
         self.runtime, self.numeric = runtime, numeric
 
 
+def _child_failure(failure: Any, by_id: dict[str, Case]) -> tuple[str, str] | None:
+    """The failure the child reported, if well-formed: a known runtime./numeric. code and a one-line detail (with the
+    case's id replaced by its label). A candidate that forges one only rejects itself; anything else is ignored and
+    the missing calls then fail the job (runtime.incomplete)."""
+    if not isinstance(failure, dict):
+        return None
+    reason, detail = failure.get("reason"), failure.get("detail")
+    if reason not in REASONS or not reason.startswith(("runtime.", "numeric.")) or not isinstance(detail, str):
+        return None
+    case = by_id.get(failure.get("case") if isinstance(failure.get("case"), str) else "")
+    if case is not None:
+        detail = detail.replace(f"case {case.id}", case.label())
+    return reason, " ".join(detail.split())[:400]
+
+
 class _Runner:
     """Runs chunks of cases in the sandbox and judges them; raises _Stop at the first failure."""
 
-    def __init__(self, spec: OpSpec, candidate: Path, job_dir: Path, limits, poison: dict[str, int], sandbox_run):
+    def __init__(self, spec: OpSpec, candidate: Path, job_dir: Path, limits, seed: int, sandbox_run, bitwise: bool):
         self.spec, self.candidate, self.job_dir, self.limits = spec, candidate, job_dir, limits
-        self.poison, self.sandbox_run = poison, sandbox_run
+        self.seed, self.poison, self.sandbox_run, self.bitwise = seed, poison_bits(seed), sandbox_run, bitwise
         self.worst: dict[str, float] = {}
-        self.calls = self.launches = self.cases = 0
+        self.calls = self.launches = self.cases = self.jobs = 0
         self.sandbox_s = self.candidate_s = 0.0
         self.isolation = ""
-        self.call_s: dict[str, float] = {}  # measured seconds per call, by shape (sizes the next chunks)
+        self.call_s: dict[str, float] = {}  # measured seconds per call, by shape (sizes the next chunks, e2e budget)
+        self.shape_of: dict[str, dict] = {}
 
-    def chunk(self, chunk: list[Case]) -> None:
-        inputs = self.job_dir / "in"
-        inputs.mkdir(exist_ok=True)
+    def chunk(self, chunk: list[Case], est_s: float = 0.0) -> None:
+        from autokernel.gate.child import ALLOWED_OPS
+        calls = [c.payload() for c in schedule.interleave([schedule.CaseCalls(c.id, c.steps) for c in chunk],
+                                                          self.seed, self.jobs)]
+        self.jobs += 1
+        # Inputs go into the job's fresh read-only input directory; outputs come back in the result (the sandbox
+        # contract): nothing the candidate could write is read here.
+        inputs: dict = {self.candidate.name: self.candidate.read_bytes()}
+        files: dict[str, dict[str, str]] = {}
         for c in chunk:
-            torch.save(c.a, inputs / f"{c.id}.a.pt")
-            if c.b is not None:
-                torch.save(c.b, inputs / f"{c.id}.b.pt")
-        payload = {"op": self.spec.name, "candidate": self.candidate.name, "poison": self.poison,
-                   "cases": [{"id": c.id, "inputs": f"in/{c.id}.a.pt",
-                              "refill": f"in/{c.id}.b.pt" if c.b is not None else None} for c in chunk]}
-        try:
-            res = self.sandbox_run(ENTRY, payload, self.job_dir, self.limits)
-        finally:
-            shutil.rmtree(inputs, ignore_errors=True)
+            for v in sorted({v for _, v in c.steps}):
+                inputs[f"{c.id}.{v}.pt"] = getattr(c, v)
+                files.setdefault(c.id, {})[v] = f"{c.id}.{v}.pt"
+        payload = {"op": self.spec.name, "candidate": self.candidate.name, "poison": self.poison, "cases": files,
+                   "calls": calls}
+        res = self.sandbox_run(ENTRY, payload, self.job_dir, self.limits_for(est_s), inputs=inputs)
         self.sandbox_s += res.wall_s
         self.isolation = res.isolation
         if not res.ok:
             raise _Stop(StageResult.fail("runtime", res.reason or "sandbox.error", res.detail,
                                          isolation=res.isolation, sandbox_s=round(res.wall_s, 3)), None)
-        data = res.data
-        self.calls += data.get("calls", 0)
-        self.candidate_s += data.get("candidate_s", 0.0)
         by_id = {c.id: c for c in chunk}
-        for rec in data.get("cases", []):
-            self.launches += sum(rec["launches"])
-            c = by_id[rec["id"]]
-            self.call_s[json_shape(c.shape)] = max(self.call_s.get(json_shape(c.shape), 0.0),
-                                                   rec.get("seconds", 0.0) / c.calls)
-        numeric_failure = None
-        done = {rec["id"] for rec in data.get("cases", [])}
-        for c in chunk:  # the cases that completed are judged first: a wrong early answer outranks a later crash
-            if c.id not in done:
-                break
-            try:
-                outs = [torch.load(self.job_dir / "out" / f"{c.id}.{j}.pt", weights_only=True)
-                        for j in range(1, c.calls + 1)]
-                judge(self.spec, c, outs, self.poison, self.worst)
-                self.cases += 1
-            except _Reject as r:
-                numeric_failure = (r.reason, r.detail)
-                break
-            finally:
-                for j in (1, 2, 3):
-                    (self.job_dir / "out" / f"{c.id}.{j}.pt").unlink(missing_ok=True)
-        failure = data.get("failure")
-        if failure and (failure["reason"].startswith("runtime.") or numeric_failure is None):
-            reason, detail = failure["reason"], failure["detail"]
-            case = by_id.get(failure.get("case") or "")
-            if case is not None:
-                detail = detail.replace(f"case {case.id}", case.label())
-            if reason.startswith("runtime."):
-                raise _Stop(StageResult.fail("runtime", reason, detail, isolation=self.isolation,
-                                             ops=data.get("ops", {})), None)
-            numeric_failure = (reason, detail)
+        try:
+            recs = judge.records(res.data, calls)
+        except judge.Reject as r:
+            raise _Stop(StageResult.fail("runtime", r.reason, r.detail, isolation=self.isolation), None) from None
+        self._tally(recs, calls, by_id)
+        numeric_failure = self._judge(chunk, calls, recs, ALLOWED_OPS)
+        failure = _child_failure(res.data.get("failure"), by_id)
+        if failure is None and numeric_failure is None and len(recs) < len(calls):
+            failure = ("runtime.incomplete", f"the job returned {len(recs)} of the {len(calls)} calls asked for, and "
+                                             "no failure")
+        if failure and (failure[0].startswith("runtime.") or numeric_failure is None):
+            if failure[0].startswith("runtime."):
+                raise _Stop(StageResult.fail("runtime", *failure, isolation=self.isolation,
+                                             ops=res.data.get("ops") if isinstance(res.data.get("ops"), dict)
+                                             else {}), None)
+            numeric_failure = failure
         if numeric_failure:
             raise _Stop(self.runtime_ok(), StageResult.fail("numeric", *numeric_failure,
                                                             worst_error_ratio=self.rounded_worst()))
 
+    def _tally(self, recs: dict[str, dict], calls: list[dict], by_id: dict[str, Case]) -> None:
+        for call in calls:
+            rec = recs.get(call["id"])
+            if rec is None:
+                continue
+            self.calls += 1
+            self.launches += rec["launches"]
+            s = rec.get("seconds") if isinstance(rec.get("seconds"), float) else 0.0
+            self.candidate_s += s
+            key = json_shape(by_id[call["case"]].shape)
+            self.call_s[key] = max(self.call_s.get(key, 0.0), s)
+            self.shape_of[key] = by_id[call["case"]].shape
+
+    def _judge(self, chunk: list[Case], calls: list[dict], recs: dict[str, dict], allowed) -> tuple[str, str] | None:
+        """Judge the cases whose calls all came back, in case order: a wrong early answer outranks a later crash.
+        A runtime failure the parent finds here stops at once (_Stop); a numeric one is returned."""
+        for c in chunk:
+            mine = [call for call in calls if call["case"] == c.id]
+            if any(call["id"] not in recs for call in mine):
+                return None
+            outs = {}
+            try:
+                for call in mine:
+                    where = f"{c.label()}, call {call['id']}"
+                    judge.check_runtime(recs[call["id"]], where, allowed)
+                    outs[call["id"]] = judge.outputs(recs[call["id"]], where)
+            except judge.Reject as r:
+                if r.reason.startswith("runtime."):
+                    raise _Stop(StageResult.fail("runtime", r.reason, r.detail, isolation=self.isolation),
+                                None) from None
+                return r.reason, r.detail
+            try:
+                judge.judge_case(self.spec, c, mine, outs, self.poison, self.worst, self.bitwise)
+            except judge.Reject as r:
+                return r.reason, r.detail
+            self.cases += 1
+        return None
+
     def estimate_s(self, c: Case) -> float:
-        return self.call_s.get(json_shape(c.shape), 0.0) * c.calls
+        """Seconds for case c's calls: measured per call for its shape, else scaled up from the measured shapes by
+        cost (pessimistic: linear in the work, no fixed cost). 0 before any measurement."""
+        per_call = self.call_s.get(json_shape(c.shape))
+        if per_call is None:
+            w = schedule.cost(self.spec, c.shape)
+            per_call = max((t * w / max(schedule.cost(self.spec, self.shape_of[k]), 1)
+                            for k, t in self.call_s.items()), default=0.0)
+        return per_call * len(c.steps)
+
+    def limits_for(self, est_s: float):
+        """The job's limits: the policy's, with the wall and CPU clocks stretched for one case that alone needs
+        more than the chunk budget (a slow but legitimate candidate under the interpreter is not a timeout)."""
+        need = JOB_TIMEOUT_SLACK * est_s
+        if need <= self.limits.timeout_s or not hasattr(self.limits, "model_copy"):
+            return self.limits
+        return self.limits.model_copy(update={"timeout_s": need, "cpu_s": max(self.limits.cpu_s, int(2 * need))})
 
     def rounded_worst(self) -> dict[str, float]:
         return {k: round(v, 4) for k, v in self.worst.items()}
@@ -323,17 +248,18 @@ class _Runner:
         return StageResult.ok("runtime", f"{self.calls} calls, each launched the candidate's own kernel; no torch "
                                          "compute, global state unchanged", calls=self.calls, launches=self.launches,
                               isolation=self.isolation, sandbox_s=round(self.sandbox_s, 3),
-                              candidate_s=round(self.candidate_s, 3))
+                              candidate_s=round(self.candidate_s, 3), jobs=self.jobs)
 
 
 def run(spec: OpSpec, candidate: Path, job_dir: Path, limits, seed: int, planned,
-        sandbox_run=None) -> tuple[StageResult, StageResult | None]:
-    """Runtime and numeric stages. `candidate` is the file inside job_dir the child imports. Returns the runtime
-    result and, if runtime passed, the numeric one.
+        sandbox_run=None, bitwise: bool = True) -> tuple[StageResult, StageResult | None]:
+    """Runtime and numeric stages. `candidate` is the gate's copy of the file, named <op>.py; the child imports it
+    from the job's input directory. Returns the runtime result and, if runtime passed, the numeric one. `bitwise`:
+    policy gate.require_bitwise_determinism.
 
-    Inputs are made chunk by chunk (a 49152 x 576 weight is 113 MB per case): the smoke cases first, then chunks
-    bounded by CHUNK_BYTES of inputs and by CHUNK_TIME_FRACTION of the sandbox's timeout, in the time the smoke run
-    measured per call of each shape.
+    Inputs are made chunk by chunk (a 49152 x 576 weight is 113 MB per case): the first case alone (it measures the
+    candidate's speed), the other smoke cases, then the rest, in chunks bounded by CHUNK_BYTES of inputs and by
+    CHUNK_TIME_FRACTION of the sandbox's timeout, as estimated from the time measured per call (Runner.estimate_s).
     """
     if sandbox_run is None:
         from autokernel.sandbox import run as sandbox_run
@@ -341,9 +267,9 @@ def run(spec: OpSpec, candidate: Path, job_dir: Path, limits, seed: int, planned
     if not planned:
         return StageResult.ok("runtime", "nothing to run"), StageResult.fail("numeric", "numeric.no_cases",
                                                                              "no shape of the op could be checked")
-    runner = _Runner(spec, candidate, job_dir, limits, poison_bits(seed), sandbox_run)
+    runner = _Runner(spec, candidate, job_dir, limits, seed, sandbox_run, bitwise and spec.deterministic)
     first = planned[0][1:3]
-    n_smoke = next((i for i, p in enumerate(planned) if p[1:3] != first or p[3] != 3), len(planned))
+    n_smoke = next((i for i, p in enumerate(planned) if p[1:3] != first or p[3] != schedule.FULL), len(planned))
     budget_s = CHUNK_TIME_FRACTION * float(getattr(limits, "timeout_s", 300.0))
     skipped: dict[str, str] = {}
     try:
@@ -355,15 +281,15 @@ def run(spec: OpSpec, candidate: Path, job_dir: Path, limits, seed: int, planned
             except Exception as e:  # the trusted generator refuses a shape (the heuristic larger one, say)
                 skipped.setdefault(json_shape(p[0]), f"{type(e).__name__}: {e}"[:120])
                 continue
-            n, t = _nbytes(c.a) + (_nbytes(c.b) if c.b else 0), runner.estimate_s(c)
-            if chunk and (i == n_smoke or size + n > CHUNK_BYTES or est + t > budget_s):
-                runner.chunk(chunk)
+            n, t = _nbytes(c.a) + _nbytes(c.b) + _nbytes(c.t), runner.estimate_s(c)
+            if chunk and (i in (1, n_smoke) or size + n > CHUNK_BYTES or est + t > budget_s):
+                runner.chunk(chunk, est)
                 chunk, size, est = [], 0.0, 0.0
                 t = runner.estimate_s(c)
             chunk.append(c)
             size, est = size + n, est + t
         if chunk:
-            runner.chunk(chunk)
+            runner.chunk(chunk, est)
     except _Stop as stop:
         return stop.runtime, stop.numeric
     if not runner.cases:
@@ -371,10 +297,14 @@ def run(spec: OpSpec, candidate: Path, job_dir: Path, limits, seed: int, planned
                                                      f"refused every shape: {skipped}")
     shapes = sorted({json_shape(p[0]) for p in planned} - set(skipped))
     note = f"; skipped {', '.join(skipped)} (the input generator refused it)" if skipped else ""
+    det = "bitwise reproducible in any program order" if runner.bitwise else "nondeterminism allowed by policy"
     numeric = StageResult.ok("numeric", f"{runner.cases} cases ({len(shapes)} shapes x dtypes x distributions), "
-                                        f"{runner.calls} calls: within tolerance, deterministic, no cache{note}",
-                             cases=runner.cases, shapes=shapes, worst_error_ratio=runner.rounded_worst(),
-                             skipped=skipped, elapsed_s=round(time.perf_counter() - t0, 3))
+                                        f"{runner.calls} calls in {runner.jobs} jobs: every element within "
+                                        f"tolerance, {det}, no cache{note}",
+                             cases=runner.cases, calls=runner.calls, shapes=shapes,
+                             worst_error_ratio=runner.rounded_worst(), skipped=skipped,
+                             call_s={k: round(v, 5) for k, v in runner.call_s.items()},
+                             elapsed_s=round(time.perf_counter() - t0, 3))
     return runner.runtime_ok(), numeric
 
 

@@ -77,10 +77,11 @@ def verify(op: str, candidate_path: str | Path, *, shapes: list[dict] | None = N
         return out
 
     reference = Path(kernels_dir) / f"{op}.py" if kernels_dir is not None else None
-    results.append(timed(static.check_source, source, op, reference))
+    results.append(timed(functools.partial(static.check_source, policy=policy), source, op, reference))
     if results[-1].passed:
-        planned = numeric.plan(spec, shapes, dtypes, dists)
-        runtime, num = timed(numeric.run, spec, copy, job_dir, policy.sandbox, seed, planned)
+        planned = numeric.plan(spec, shapes, dtypes, dists, seed)
+        runtime, num = timed(numeric.run, spec, copy, job_dir, policy.sandbox, seed, planned, None,
+                             policy.gate.require_bitwise_determinism)
         results += [r for r in (runtime, num) if r is not None]
     for stage in (STAGES if stages is None else stages):
         if not all(r.passed for r in results):

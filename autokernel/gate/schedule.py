@@ -8,9 +8,9 @@ State and sampling must not pay (docs/shortcuts.md, "memoising", "phase detectio
   where the gate never looks. Bounded by cost: no swept shape costs more than LARGER_COST_FACTOR times the most
   expensive traced one (the interpreter's time on 2 cores is the budget).
 - Calls. Every case starts with a call on fresh inputs ("fresh"). "Full" cases add: the same values at new addresses
-  ("copy", which must give the same bits), the tensors refilled in place with new values ("refill" b), and at random
-  the tensors refilled in place with the first values changed at a few random elements ("refill" t: a memo keyed on
-  a hash of sampled elements returns a stale answer there) and a call again on unchanged tensors ("repeat"). The
+  ("copy", which must give the same bits), the tensors refilled in place with new values ("refill" b) and with the
+  first values changed at a few random elements ("refill" t: a memo keyed on a hash of sampled elements returns a
+  stale answer there), and at random a call again on unchanged tensors ("repeat"). The
   calls of all cases of a sandbox job are interleaved in a random order, so neither the number of calls nor which
   call is checked how can be predicted, and every output of every call is checked.
 - Program order. Each call tells the harness in which order the Triton interpreter runs the grid's programs:
@@ -118,11 +118,11 @@ class Call:
     mode: str  # fresh | copy | refill | repeat (see the module docstring)
     values: str  # which of the case's value sets the call's arguments hold: a | b | t
     order: str  # program order under the interpreter: asc | desc | shuffle
-    order_seed: int = 0
+    perm_key: int = 0
 
     def payload(self) -> dict[str, Any]:
         return {"id": self.id, "case": self.case, "mode": self.mode, "values": self.values, "order": self.order,
-                "order_seed": self.order_seed}
+                "perm_key": self.perm_key}
 
 
 @dataclass
@@ -133,11 +133,11 @@ class CaseCalls:
 
 
 def case_steps(case_id: str, kind: int, r: random.Random) -> CaseCalls:
-    """fresh a, then for a full case: copy a, refill b, and at random a tweak t and a repeat, in an order that
-    respects what each needs (a copy is made from the pristine a; a repeat follows a refill)."""
+    """fresh a, then for a full case: copy a, refill b and refill t in a random order, and at random a repeat of
+    the last values written (a copy is made from the pristine a, so it may come after the refills)."""
     steps = [("fresh", "a")]
     if kind == FULL:
-        rest = [("copy", "a"), ("refill", "b")] + ([("refill", "t")] if r.random() < 0.5 else [])
+        rest = [("copy", "a"), ("refill", "b"), ("refill", "t")]
         r.shuffle(rest)
         steps += rest
         if r.random() < 0.5:

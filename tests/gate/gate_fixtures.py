@@ -16,7 +16,9 @@ FIXTURES = Path(__file__).parent / "fixtures"
 QUICK_DTYPES = [torch.float32]
 QUICK_DISTS = ["normal"]
 # One traced shape per op (as a trace would give); the spec's odd shapes and a larger shape are always added.
-QUICK_SHAPES = {"rmsnorm": [{"M": 4, "N": 576}], "silu_mul": [{"M": 4, "N": 1536}], "softmax": [{"M": 2, "V": 4099}]}
+QUICK_SHAPES = {"rmsnorm": [{"M": 4, "N": 576}], "silu_mul": [{"M": 4, "N": 1536}], "softmax": [{"M": 2, "V": 4099}],
+                "add_rmsnorm": [{"M": 4, "N": 576}], "rope": [{"B": 2, "T": 5, "H": 9, "D": 64}],
+                "matmul_q4_1": [{"M": 4, "N": 192, "K": 576}]}
 
 
 @dataclass(frozen=True)

@@ -40,8 +40,8 @@ def test_json_output(capsys):
 
 def test_accepted_is_exit_0(capsys, monkeypatch):
     quick = numeric.plan
-    monkeypatch.setattr(numeric, "plan", lambda spec, shapes, dtypes, dists:
-                        quick(spec, shapes, [torch.float32], ["normal"]))
+    monkeypatch.setattr(numeric, "plan", lambda spec, shapes, dtypes, dists, seed=0:
+                        quick(spec, shapes, [torch.float32], ["normal"], seed))
     trace = Path("trace.json")
     trace.write_text(json.dumps({"ops": {"rmsnorm": {"shapes": [{"M": 2, "N": 576}]}}}))
     assert verify_command("rmsnorm", PROJECT / "kernels" / "rmsnorm.py", trace=trace) == 0

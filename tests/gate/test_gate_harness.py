@@ -4,7 +4,7 @@ import threading
 import pytest
 import torch
 
-from autokernel.gate import child, numeric
+from autokernel.gate import child, judge, numeric
 from autokernel.ops import get
 from autokernel.ops.spec import upcast
 
@@ -84,7 +84,7 @@ def test_snapshot_sees_flags_patches_and_threads():
 
 
 def _judge(out, kw, spec):
-    numeric._judge_call([out], [spec.reference(**kw)], [spec.reference(**upcast(kw))], POISON, "test", {})
+    judge.judge_call([out], [spec.reference(**kw)], [spec.reference(**upcast(kw))], POISON, "test", {})
 
 
 def test_overflow_to_inf_is_the_right_answer():
@@ -97,7 +97,7 @@ def test_overflow_to_inf_is_the_right_answer():
     _judge(right, kw, spec)
     saturated = right.clone()
     saturated[torch.isinf(right)] = 0.0
-    with pytest.raises(numeric._Reject, match="not ±inf"):
+    with pytest.raises(judge.Reject, match="not ±inf"):
         _judge(saturated, kw, spec)
 
 
@@ -106,6 +106,6 @@ def test_unwritten_elements_are_named():
     kw = spec.make_inputs({"M": 2, "N": 6}, torch.float32, "cpu", torch.Generator().manual_seed(1), "normal")
     out = spec.reference(**upcast(kw)).to(torch.float32)
     out.view(torch.int32)[1, 3:] = POISON["float32"]
-    with pytest.raises(numeric._Reject) as e:
+    with pytest.raises(judge.Reject) as e:
         _judge(out, kw, spec)
     assert e.value.reason == "numeric.unwritten" and "3 of 12" in e.value.detail and "[1, 3]" in e.value.detail

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from autokernel.gate import StageResult, Verdict, verify
-from autokernel.gate import numeric
+from autokernel.gate import judge, numeric, schedule
 from autokernel.ops import get
 from autokernel.policy import Policy
 from gate_fixtures import QUICK_DTYPES, QUICK_SHAPES, fixtures
@@ -22,6 +22,12 @@ from gate_fixtures import QUICK_DTYPES, QUICK_SHAPES, fixtures
 PROJECT = Path(__file__).resolve().parents[2]
 DYNAMIC = [f for f in fixtures() if not f.expect.startswith("static.")]
 DEFENCE = [f for f in fixtures() if f.runtime_expect]
+
+
+def _params(fxs) -> list:
+    """A fixture whose header says `# slow` (a minute or more under the interpreter) runs only with -m slow."""
+    slow = lambda f: "# slow" in f.path.read_text().splitlines()[:8]  # noqa: E731
+    return [pytest.param(f, id=f.id, marks=[pytest.mark.slow] if slow(f) else []) for f in fxs]
 
 
 def _e2e_fails(op: str, candidate: Path, policy: Policy) -> StageResult:
@@ -67,11 +73,11 @@ def jobs(request, tmp_path_factory):
     pool.shutdown(wait=True, cancel_futures=True)
 
 
-@pytest.mark.parametrize("fx", DYNAMIC, ids=lambda f: f.id)
+@pytest.mark.parametrize("fx", _params(DYNAMIC))
 def test_fixture_verdict(fx, jobs):
     v = jobs[("full", fx.id)].result()
     got = "accepted" if v.accepted else v.reason
-    assert got == fx.expect, f"{fx.id}: {v.detail}"
+    assert got in fx.expect.split(" | "), f"{fx.id}: {v.detail}"
     if fx.expect == "accepted":
         assert [s.name for s in v.stages] == ["static", "runtime", "numeric"]
         assert v.stages[1].metrics["launches"] >= v.stages[1].metrics["calls"] > 0
@@ -79,10 +85,10 @@ def test_fixture_verdict(fx, jobs):
         assert v.detail and "\n" not in v.detail
 
 
-@pytest.mark.parametrize("fx", DEFENCE, ids=lambda f: f.id)
+@pytest.mark.parametrize("fx", _params(DEFENCE))
 def test_runtime_catches_without_static(fx, jobs):
     r = jobs[("defence", fx.id)].result()
-    assert not r.passed and r.reason == fx.runtime_expect, f"{fx.id}: {r.reason}: {r.detail}"
+    assert not r.passed and r.reason in fx.runtime_expect.split(" | "), f"{fx.id}: {r.reason}: {r.detail}"
 
 
 def test_stage_hook_runs_after_numeric(jobs):
@@ -119,15 +125,25 @@ def test_verdict_is_a_plain_json_value(tmp_path):
 
 def test_default_plan_is_thorough():
     spec = get("rmsnorm")
-    planned = numeric.plan(spec, None, None, None)
+    planned = numeric.plan(spec, None, None, None, seed=5)
     shapes = {tuple(s.items()) for s, *_ in planned}
-    assert {tuple(s.items()) for s in spec.model_shapes + spec.odd_shapes} < shapes  # plus a larger one
+    assert {tuple(s.items()) for s in spec.model_shapes + spec.odd_shapes} < shapes  # plus larger and swept ones
     biggest = max(spec.flops(s) for s in spec.model_shapes)
     assert any(spec.flops(dict(s)) > biggest for s in shapes)
     assert {d for _, _, d, _ in planned} == set(numeric.DISTS) and {dt for _, dt, _, _ in planned} == set(spec.dtypes)
-    assert len(planned) == len(shapes) * len(spec.dtypes) * len(numeric.DISTS)
-    three = {(tuple(s.items()), dt) for s, dt, _, calls in planned if calls == 3}
-    assert len(three) == len(shapes) * len(spec.dtypes)  # determinism and refill on every shape x dtype
+    ms = {dict(s)["M"] for s in shapes if dict(s)["N"] == 576}
+    assert {1, 2, 3, 5, 7, 13, 31, 61, 127} <= ms and max(ms) > 96  # 1, primes, non-multiples, past the traced
+    full = {(tuple(s.items()), dt) for s, dt, _, calls in planned if calls == schedule.FULL}
+    assert len(full) >= (len(spec.model_shapes) + len(spec.odd_shapes) + 1) * len(spec.dtypes)
+    assert len(planned) == len({(tuple(s.items()), dt, d) for s, dt, d, _ in planned})  # no case twice
+
+
+def test_the_sweep_hides_a_secret_prime():
+    """A threshold on M between the traced size and twice it cannot be placed where the gate never looks."""
+    spec = get("rmsnorm")
+    traced = [dict(s) for s in spec.model_shapes]
+    secret = {s["M"] for seed in range(20) for s in schedule.sweep_shapes(spec, traced, seed)} - set(schedule.SWEEP)
+    assert len({m for m in secret if 96 < m < 192}) >= 3
 
 
 def test_trace_shapes_replace_model_shapes_and_unseen_ones_stay():
@@ -153,19 +169,19 @@ def test_child_never_receives_the_seed(tmp_path):
     class Fake:
         ok, reason, detail, wall_s, isolation = False, "sandbox.error", "stop here", 0.0, "none"
 
-    def fake_run(entry, payload, job_dir, limits):
-        seen.update(payload=payload, files=sorted(p.name for p in (job_dir / "in").iterdir()))
+    def fake_run(entry, payload, job_dir, limits, inputs=None):
+        seen.update(payload=payload, files=sorted(inputs or {}))
         return Fake()
 
     spec = get("rmsnorm")
     seed = 987654321987654321
     planned = numeric.plan(spec, None, [torch.float32], ["normal"])
+    (tmp_path / "rmsnorm.py").write_text("")
     runtime, _ = numeric.run(spec, tmp_path / "rmsnorm.py", tmp_path, Policy().sandbox, seed, planned,
                              sandbox_run=fake_run)
     assert runtime.reason == "sandbox.error"
     assert str(seed) not in repr(seen["payload"]) and "seed" not in repr(seen["payload"])
-    assert seen["files"] and all(f.endswith(".pt") for f in seen["files"])
-    assert not (tmp_path / "in").exists()  # inputs are removed once the job is over
+    assert seen["files"] and all(f.endswith(".pt") or f == "rmsnorm.py" for f in seen["files"])
 
 
 def test_broken_eager_does_not_make_the_tolerance_unfailable():
@@ -177,8 +193,8 @@ def test_broken_eager_does_not_make_the_tolerance_unfailable():
     ref64 = spec.reference(**upcast(kw))
     eager = spec.reference(**kw)
     wrong = (ref64 * 1.01).to(torch.float16)  # 1% off everywhere: must fail
-    with pytest.raises(numeric._Reject) as e:
-        numeric._judge_call([wrong], [eager], [ref64], {}, "test", {})
+    with pytest.raises(judge.Reject) as e:
+        judge.judge_call([wrong], [eager], [ref64], {}, "test", {})
     assert e.value.reason == "numeric.mismatch"
     right = ref64.to(torch.float16)
-    numeric._judge_call([right], [eager], [ref64], {}, "test", {})
+    judge.judge_call([right], [eager], [ref64], {}, "test", {})

@@ -1,0 +1,237 @@
+"""The parent's judgement of what a numeric job returned: every call, every output element, from its own data.
+
+The child (autokernel.gate.child) returns raw observations per call: launches of the candidate's kernels, aten ops
+seen, seconds, and the bytes of the outputs. Nothing it says is taken as truth (docs/design.md, parent-side
+judgement): the parent knows which calls it asked for, what each call's inputs were, and what the reference gives
+for them, so
+- a call it asked for that is missing, unreadable, or not a list of plain tensors is a failure;
+- each output's count, shape, dtype and layout must be the reference's (strides: contiguous where the reference is);
+- each call must show a launch of the candidate's own kernel and no aten op outside the harness's allowlist;
+- every element of every output is compared: poison left in place (never written), NaN/Inf where the float64
+  reference is finite, error above the derived tolerance; repeats on equal inputs must give equal bits.
+"""
+from __future__ import annotations
+
+import io
+from typing import Any
+
+import torch
+
+from autokernel.ops.spec import OpSpec, upcast
+from autokernel.ops.tolerance import compare
+
+# When eager torch itself breaks on an input (an fp16 x.pow(2) overflowing to inf, so a row comes out zero), 2x its
+# error is a tolerance that cannot fail (STYLE.md #5). Eager counts as broken when it is non-finite where the float64
+# reference is finite, or off by more than BROKEN_EAGER_FRACTION of the output's scale (imprecise is not broken: a
+# float32 rope at position 8000 is off by ~500 ulps and keeps its derived bound). The bound then is what the rule
+# gives a healthy eager of ~2 ulps: 2 x 2 + 4 = 8 ulps of the output's scale.
+BROKEN_EAGER_FRACTION = 0.125
+BROKEN_EAGER_ULPS = 8.0
+MODE_RANK = {("fresh", "a"): 0, ("copy", "a"): 1, ("refill", "b"): 2, ("refill", "t"): 3}  # then repeats
+
+
+class Reject(Exception):
+    def __init__(self, reason: str, detail: str):
+        super().__init__(f"{reason}: {detail}")
+        self.reason, self.detail = reason, detail
+
+
+def as_list(x) -> list:
+    return list(x) if isinstance(x, (tuple, list)) else [x]
+
+
+def bits(t: torch.Tensor) -> torch.Tensor:
+    t = t.contiguous()
+    return t.view({1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()])
+
+
+def _clone(kwargs: dict) -> dict:
+    return {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
+
+
+# --- what came back ------------------------------------------------------------------------------------------------
+
+def records(data: Any, asked: list[dict]) -> dict[str, dict]:
+    """The child's per-call records, by call id, for the calls the parent asked for; type-checked. Outputs stay bytes
+    until judged. A record for a call that was not asked for, or a malformed one, is runtime.incomplete."""
+    got = data.get("calls") if isinstance(data, dict) else None
+    if not isinstance(got, list):
+        raise Reject("runtime.incomplete", "the job returned no list of calls")
+    wanted = {c["id"] for c in asked}
+    out: dict[str, dict] = {}
+    for rec in got:
+        ok = isinstance(rec, dict) and rec.get("id") in wanted and rec["id"] not in out \
+            and type(rec.get("launches")) is int and isinstance(rec.get("outputs"), bytes) \
+            and isinstance(rec.get("ops"), dict) and all(type(k) is str and type(n) is int for k, n in rec["ops"].items())
+        if not ok:
+            raise Reject("runtime.incomplete", "the job returned a call record the gate did not ask for, twice, or "
+                                               "malformed")
+        out[rec["id"]] = rec
+    return out
+
+
+def check_runtime(rec: dict, where: str, allowed) -> None:
+    """A launch of the candidate's own kernel, and nothing but allowlisted aten ops (child.ALLOWED_OPS)."""
+    if rec["launches"] < 1:
+        raise Reject("runtime.no_triton_launch", f"the call launched none of the candidate's @triton.jit kernels "
+                                                 f"({where})")
+    bad = sorted(k for k in rec["ops"] if k not in allowed)
+    if bad:
+        raise Reject("runtime.torch_compute", f"aten.{bad[0]}: torch compute outside the Triton kernel ({where})")
+
+
+def outputs(rec: dict, where: str) -> list[torch.Tensor]:
+    try:
+        o = torch.load(io.BytesIO(rec["outputs"]), weights_only=True)
+    except Exception as e:  # noqa: BLE001 -- bytes that are not a tensor list are a bad output, whatever they are
+        raise Reject("numeric.bad_output", f"the outputs are unreadable ({type(e).__name__}; {where})") from None
+    if not isinstance(o, list) or not all(type(t) is torch.Tensor for t in o):
+        raise Reject("numeric.bad_output", f"the call returned something other than plain tensors ({where})")
+    return o
+
+
+# --- one call against the reference ---------------------------------------------------------------------------------
+
+def _layout(i: int, o: torch.Tensor, e: torch.Tensor, where: str) -> None:
+    if o.shape != e.shape or o.dtype != e.dtype:
+        raise Reject("numeric.bad_output", f"output {i} is {tuple(o.shape)} {o.dtype}, the reference "
+                                           f"{tuple(e.shape)} {e.dtype} ({where})")
+    if e.is_contiguous() and not o.is_contiguous():
+        raise Reject("numeric.bad_output", f"output {i} is not contiguous (strides {o.stride()}), the reference "
+                                           f"is ({where})")
+
+
+def _unwritten(i: int, o: torch.Tensor, poison: dict[str, int], where: str) -> None:
+    name = str(o.dtype).removeprefix("torch.")
+    if name not in poison or not o.numel():
+        return
+    width = 8 * o.element_size()
+    p = poison[name] - (1 << width) if poison[name] >= 1 << (width - 1) else poison[name]
+    stale = bits(o) == p
+    if bool(stale.any()):
+        first = [int(x) for x in torch.nonzero(stale.reshape(o.shape))[0]]
+        raise Reject("numeric.unwritten", f"{int(stale.sum())} of {o.numel()} elements of output {i} never "
+                                          f"written, first at {first} ({where})")
+
+
+def judge_call(outs: list, eager: list, ref64: list, poison: dict[str, int], where: str,
+               worst: dict[str, float], mismatch_reason: str = "numeric.mismatch") -> None:
+    """Every element of every output of one call against the float64 reference (tolerance: ops/tolerance.py)."""
+    if len(outs) != len(eager):
+        raise Reject("numeric.bad_output", f"{len(outs)} outputs, the reference has {len(eager)} ({where})")
+    for i, (o, e, r) in enumerate(zip(outs, eager, ref64)):
+        if type(o) is not torch.Tensor:
+            raise Reject("numeric.bad_output", f"output {i} is a {type(o).__name__} ({where})")
+        _layout(i, o, e, where)
+        _unwritten(i, o, poison, where)
+        if not o.is_floating_point():
+            if not torch.equal(o.cpu(), r.to(o.dtype).cpu()):
+                raise Reject(mismatch_reason, f"output {i}: {int((o.cpu() != r.to(o.dtype).cpu()).sum())} "
+                                              f"elements differ ({where})")
+            continue
+        _close(i, o, e, r, where, worst, mismatch_reason)
+
+
+def _close(i: int, o: torch.Tensor, e: torch.Tensor, r: torch.Tensor, where: str, worst: dict[str, float],
+           mismatch_reason: str) -> None:
+    name = str(o.dtype).removeprefix("torch.")
+    r = r.to(torch.float64).cpu()
+    o64, o, e = o.cpu().to(torch.float64), o.cpu(), e.cpu()
+    # where the true value overflows the output dtype (fp16 products past 65504), inf is the right answer;
+    # elements whose reference is not finite at all are not compared
+    representable = torch.isfinite(r.to(o.dtype))
+    if not bool(representable.all()):
+        overflow = torch.isfinite(r) & ~representable
+        wrong_way = overflow & ~((o64.abs() >= torch.finfo(o.dtype).max) & (o64.sign() == r.sign()))
+        if bool(wrong_way.any()):
+            raise Reject(mismatch_reason, f"output {i}: {int(wrong_way.sum())} elements past the {o.dtype} range "
+                                          f"are not ±inf of the right sign ({where})")
+        o, r, e = o[representable], r[representable], e[representable]
+        o64 = o.to(torch.float64)
+    finite_ref = torch.isfinite(r)
+    bad = ~torch.isfinite(o64) & finite_ref
+    if bool(bad.any()):
+        raise Reject("numeric.nonfinite", f"{int(bad.sum())} NaN/Inf in output {i} where the reference is finite "
+                                          f"({where})")
+    c = compare(o, r, e, o.dtype)
+    ulp_scale = torch.finfo(o.dtype).eps * max(c.scale, torch.finfo(o.dtype).tiny)
+    eager_broken = not bool(torch.isfinite(e.to(torch.float64))[finite_ref].all()) or \
+        c.eager_err > BROKEN_EAGER_FRACTION * c.scale
+    if eager_broken:  # see BROKEN_EAGER_FRACTION
+        bound = BROKEN_EAGER_ULPS * ulp_scale
+        ok = c.max_err <= bound
+        detail = f"max error {c.max_err:.3g} vs bound {bound:.3g} ({BROKEN_EAGER_ULPS:g} ulps of scale " \
+                 f"{c.scale:.3g}: eager torch itself is off by {c.eager_err:.3g} here)"
+    else:
+        bound, ok, detail = c.bound, c.ok, c.detail()
+    ratio = c.max_err / bound if bound > 0 else (0.0 if c.max_err == 0 else float("inf"))
+    worst[name] = max(worst.get(name, 0.0), ratio)
+    if not ok:
+        raise Reject(mismatch_reason, f"output {i}: {detail} ({where})")
+
+
+# --- one case: all its calls ------------------------------------------------------------------------------------------
+
+def judge_case(spec: OpSpec, case, calls: list[dict], outs: dict[str, list], poison: dict[str, int],
+               worst: dict[str, float], bitwise: bool) -> None:
+    """All of a case's calls (payload dicts, each with its outputs in `outs`), in a fixed order whatever order they
+    ran in, so a kernel's reason code does not depend on the secret schedule: fresh, copy, refill b, refill t, then
+    repeats. Copies and repeats must reproduce the bits of the first call on the same values (bitwise), else they
+    are judged against the reference like the others."""
+    values = {"a": case.a, "b": case.b, "t": case.t}
+    used = sorted({c["values"] for c in calls})
+    refs: dict[str, tuple[list, list]] = {}
+
+    def ref(v: str) -> tuple[list, list]:
+        if v not in refs:
+            refs[v] = (as_list(spec.reference(**_clone(values[v]))), as_list(spec.reference(**upcast(values[v]))))
+        return refs[v]
+
+    def stale(got: list, v: str, r: Reject) -> Reject:
+        """An output that is the right answer for other values these tensors held is a cache or a replay."""
+        w = next((w for w in used if w != v and _matches(got, ref(w), poison)), None)
+        if w is None:
+            return r
+        return Reject("numeric.caching", f"{r.detail}; it is the answer for values the inputs held in another call "
+                                         "(a stale output)")
+
+    first: dict[str, tuple[list, dict]] = {}
+    for call in sorted(calls, key=lambda c: (MODE_RANK.get((c["mode"], c["values"]), 4), c["id"])):
+        v, where = call["values"], f"{case.label()}, {_describe(call)}"
+        got = outs[call["id"]]
+        try:
+            if call["mode"] in ("copy", "repeat") and bitwise and v in first:
+                _same_bits(got, *first[v], call, where)
+            else:
+                judge_call(got, *ref(v), poison, where, worst)
+        except Reject as r:
+            raise (stale(got, v, r) if r.reason in ("numeric.mismatch", "numeric.nondeterministic") else r) from None
+        first.setdefault(v, (got, call))
+
+
+def _matches(got: list, ref: tuple[list, list], poison: dict[str, int]) -> bool:
+    """Would `got` pass as the answer for other values? (the signature of an output cache or replay)"""
+    try:
+        judge_call(got, *ref, poison, "", {})
+    except Reject:
+        return False
+    return True
+
+
+def _describe(call: dict) -> str:
+    what = {"fresh": "fresh inputs", "copy": "the same values at new addresses",
+            "refill": "the inputs refilled in place with " + ("new values" if call["values"] == "b" else
+                                                              "a few elements changed"),
+            "repeat": "the same inputs again"}[call["mode"]]
+    return f"call on {what}, programs in {call['order']} order"
+
+
+def _same_bits(got: list, ref: list, ref_call: dict, call: dict, where: str) -> None:
+    if len(got) != len(ref):
+        raise Reject("numeric.bad_output", f"{len(got)} outputs, {len(ref)} on the same inputs before ({where})")
+    for i, (o1, o2) in enumerate(zip(ref, got)):
+        if o1.shape != o2.shape or o1.dtype != o2.dtype or not torch.equal(bits(o1), bits(o2)):
+            n = int((bits(o1) != bits(o2)).sum()) if o1.shape == o2.shape and o1.dtype == o2.dtype else o2.numel()
+            raise Reject("numeric.nondeterministic", f"output {i}: {n} of {o2.numel()} elements differ in their "
+                                                     f"bits from the call on equal inputs with programs in "
+                                                     f"{ref_call['order']} order ({where})")
