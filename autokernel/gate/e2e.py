@@ -12,6 +12,7 @@ baseline is that same engine with no op swapped.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import time
 from pathlib import Path
@@ -82,31 +83,46 @@ def _div_rows(logits: torch.Tensor, mask: torch.Tensor, other_rows: list[torch.T
     return divergence(logits, torch.stack(other_rows), mask)
 
 
+def _returned(data: dict, base: dict) -> tuple[torch.Tensor | None, list, str]:
+    """The job's logits and greedy tokens, type-checked against what the parent asked for (the child's data is
+    untrusted: the expected shape is the baseline's, never one the child reports); (None, [], why) if malformed."""
+    try:
+        logits = torch.load(io.BytesIO(data["logits"]), weights_only=True)
+    except Exception as e:  # noqa: BLE001 -- missing or unreadable: either way not logits
+        return None, [], f"the candidate engine returned no readable logits ({type(e).__name__})"
+    want = tuple(base["logits"].shape)
+    if type(logits) is not torch.Tensor or tuple(logits.shape) != want or logits.dtype != base["logits"].dtype:
+        got = tuple(logits.shape) if isinstance(logits, torch.Tensor) else type(logits).__name__
+        return None, [], f"logits {got} from the candidate engine, expected {want} {base['logits'].dtype}"
+    new = data.get("new")
+    if (not isinstance(new, list) or len(new) != len(base["new"])
+            or not all(isinstance(r, list) and all(type(t) is int for t in r) for r in new)):
+        return None, [], "the candidate engine returned no token list per prompt"
+    return logits, new, ""
+
+
 def stage(op: str, candidate: Path, policy: Policy, job_dir: Path | None = None,
           kernels_dir: Path | None = None) -> StageResult:
     """The gate's end-to-end stage for `candidate` (the gate's own copy of the file) in slot `op`."""
     t0 = time.perf_counter()
-    job_dir = job_dir or candidate.parent / "e2e"
-    job_dir.mkdir(parents=True, exist_ok=True)
-    inside = job_dir / candidate.name  # the sandbox sees only its own job dir (and the trusted code)
-    if inside.resolve() != candidate.resolve():
-        inside.write_bytes(candidate.read_bytes())
+    job_dir = job_dir or candidate.parent / "e2e"  # the parent's evidence (sandbox.log); the candidate never sees it
     base = baseline(policy, kernels_dir)
     others = _others(kernels_dir, skip=op)
-    payload = {"op": op, "candidate": str(inside), "model": policy.target.model, "backend": backend(),
+    payload = {"op": op, "candidate": candidate.name, "model": policy.target.model, "backend": backend(),
                "weights": policy.target.weights, "seqs": base["seqs"], "prompt_lens": base["prompt_lens"],
                "max_new_tokens": policy.e2e.max_new_tokens, **({"others": others} if others else {})}
-    res = sandbox.run("autokernel.gate.e2e_child:run", payload, job_dir, policy.sandbox,
-                      **({"ro_paths": [Path(kernels_dir).resolve()]} if others else {}))
+    ro_paths = ([Path(kernels_dir).resolve()] if others else []) + (
+        [Path(policy.target.model).resolve()] if policy.target.model else [])
+    res = sandbox.run("autokernel.gate.e2e_child:run", payload, job_dir, policy.sandbox, ro_paths=ro_paths,
+                      inputs={candidate.name: candidate.read_bytes()})
     if not res.ok:
         return StageResult.fail("e2e", res.reason or "sandbox.error", res.detail)
-    logits = torch.load(job_dir / "e2e_logits.pt", weights_only=True)
-    if logits.shape != base["logits"].shape:
-        return StageResult.fail("e2e", "e2e.bad_output", f"logits {tuple(logits.shape)} from the candidate "
-                                f"engine, expected {tuple(base['logits'].shape)}")
+    logits, new, why = _returned(res.data, base)
+    if why:
+        return StageResult.fail("e2e", "e2e.bad_output", why)
     d = divergence(base["logits"], logits, base["mask"])
     floor = dict(zip(("kl_mean", "kl_p99", "kl_max", "top1"), base["floor"].tolist()))
-    runs = [(longest_run(b), longest_run(c)) for b, c in zip(base["new"], res.data["new"])]
+    runs = [(longest_run(b), longest_run(c)) for b, c in zip(base["new"], new)]
     e, m = policy.e2e, {"kl_mean": d.kl_mean, "kl_p99": d.kl_p99, "kl_max": d.kl_max, "top1": d.top1,
                         "positions": d.positions, "noise_floor": floor, "repeat_runs": runs,
                         "elapsed_s": round(time.perf_counter() - t0, 2)}

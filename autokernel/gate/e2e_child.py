@@ -1,11 +1,14 @@
 """Sandbox side of the end-to-end stage: the engine with one op swapped for the candidate. Trusted harness code."""
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import torch
 
 from autokernel.engine.generate import generate, left_pad
+
+_save, _BytesIO = torch.save, io.BytesIO  # bound at import, before any candidate code runs
 
 
 def teacher_forced(eng, seqs: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -21,12 +24,16 @@ def greedy(eng, rows: list[list[int]], max_new_tokens: int) -> list[list[int]]:
     return generate(eng.model, eng.tokenizer, rows, max_new_tokens).new_ids
 
 
-def run(payload: dict, job_dir: Path) -> dict:
+def run(payload: dict, inputs: Path) -> dict:
+    """Sandbox entry: the candidate is payload["candidate"] in the read-only `inputs` directory. The logits are
+    returned as torch.save bytes taken right after the forward (not a live tensor the later greedy run could still
+    reach); the parent loads them weights-only (autokernel.sandbox: results travel through the pipe)."""
     import kernels  # noqa: F401  sets TRITON_INTERPRET on CPU before the candidate's triton import
     from autokernel.engine import open_engine
     eng = open_engine(payload["model"], kernels=payload["backend"], weights=payload["weights"],
-                      overrides={**payload.get("others", {}), payload["op"]: payload["candidate"]})
+                      overrides={**payload.get("others", {}), payload["op"]: str(Path(inputs) / payload["candidate"])})
     logits, _ = teacher_forced(eng, payload["seqs"])
-    torch.save(logits, Path(job_dir) / "e2e_logits.pt")
+    snap = _BytesIO()
+    _save(logits, snap)
     prompts = [s[:n] for s, n in zip(payload["seqs"], payload["prompt_lens"])]
-    return {"new": greedy(eng, prompts, payload["max_new_tokens"])}
+    return {"new": greedy(eng, prompts, payload["max_new_tokens"]), "logits": snap.getvalue()}

@@ -68,19 +68,32 @@ def _fail(reason: str, detail: str) -> dict:
     return {"ok": False, "reason": reason, "detail": detail}
 
 
-def _call(fn, entry: str, payload: dict, inputs: Path, tensor_type) -> dict:
+def _describe(e: BaseException, last_line=_last_line) -> str:
+    try:
+        return last_line(e)
+    except BaseException:  # noqa: BLE001 -- the candidate broke traceback's helpers (linecache, io...)
+        return type(e).__name__
+
+
+def _call(fn, entry: str, payload: dict, inputs: Path, tensor_type, *, fail=_fail, plain=_plain, is_oom=_is_oom,
+          describe=_describe, print_exc=traceback.print_exc) -> dict:
+    """Call the entry. The helpers are bound as defaults when this module loads, before any candidate code: the
+    candidate runs inside fn() and may replace this module's globals, which the failure path below would look up."""
     try:
         data = fn(payload, inputs)
         if type(data) is not dict:
-            return _fail("sandbox.error", f"{entry} returned {type(data).__name__}, not a dict")
-        why = _plain(data, tensor_type)
+            return fail("sandbox.error", f"{entry} returned {type(data).__name__}, not a dict")
+        why = plain(data, tensor_type)
         if why:
-            return _fail("sandbox.error", f"{entry} returned {why}: only tensors, numbers, strings and containers "
-                                          "cross the channel")
+            return fail("sandbox.error", f"{entry} returned {why}: only tensors, numbers, strings and containers "
+                                         "cross the channel")
         return {"ok": True, "data": data}
     except BaseException as e:  # noqa: BLE001 -- SystemExit and KeyboardInterrupt from candidate code are failures too
-        traceback.print_exc()
-        return _fail("sandbox.oom" if _is_oom(e) else "sandbox.error", _last_line(e))
+        try:
+            print_exc()
+        except BaseException:  # noqa: BLE001 -- a traceback the candidate made unprintable still has a last line
+            pass
+        return fail("sandbox.oom" if is_oom(e) else "sandbox.error", describe(e))
 
 
 def ping(payload: dict, inputs: Path) -> dict:
@@ -102,7 +115,7 @@ def _entry(entry: str):
 def main() -> None:
     # Everything used after the entry returns is bound here, as locals, before any candidate code runs (see the module
     # docstring for what this does and does not stop).
-    write, exit_, fd = os.write, os._exit, int(sys.argv[1])
+    write, exit_, fd, fail, describe = os.write, os._exit, int(sys.argv[1]), _fail, _describe
     os.set_inheritable(fd, False)
     msg = json.loads(sys.stdin.buffer.read())
     nonce = msg.pop("nonce").encode()
@@ -114,10 +127,11 @@ def main() -> None:
 
     import torch
     save, buffer, tensor_type = torch.save, io.BytesIO, torch.Tensor
+    save({"ok": True, "data": {"t": torch.zeros(1)}}, buffer())  # torch.save's lazy imports happen now, not later
     try:
         fn = _entry(msg["entry"])
     except BaseException as e:  # noqa: BLE001 -- a broken entry is the harness's failure, reported as one
-        frame = _fail("sandbox.error", f"entry {msg['entry']}: {_last_line(e)}")
+        frame = fail("sandbox.error", f"entry {msg['entry']}: {describe(e)}")
     else:
         frame = _call(fn, msg["entry"], msg["payload"], Path(msg["inputs"]), tensor_type)
     buf = buffer()
@@ -125,7 +139,7 @@ def main() -> None:
         save(frame, buf)
     except Exception as e:  # noqa: BLE001 -- e.g. a tensor whose storage cannot be serialised
         buf = buffer()
-        save(_fail("sandbox.error", f"result could not be serialised: {_last_line(e)}"), buf)
+        save(fail("sandbox.error", f"result could not be serialised: {describe(e)}"), buf)
     body = buf.getvalue()
     out = nonce + len(body).to_bytes(8, "big") + body
     while out:

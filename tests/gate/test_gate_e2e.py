@@ -1,5 +1,6 @@
 """The end-to-end stage on the live SmolLM2: the incumbent passes, a known-bad perturbation fails, the repetition
 guard fires on a run the baseline did not have. Prints the calibrated noise floor."""
+import io
 import shutil
 from pathlib import Path
 
@@ -43,13 +44,14 @@ def test_repetition_guard(monkeypatch, job):
     import torch
     base = {"seqs": [[1, 2, 3]], "prompt_lens": [2], "new": [[5, 6, 7, 8]], "logits": torch.zeros(1, 3, 4),
             "mask": torch.ones(1, 3, dtype=torch.bool), "floor": torch.tensor([0.0, 0.0, 0.0, 1.0])}
-    monkeypatch.setattr(e2e, "baseline", lambda policy: base)
+    monkeypatch.setattr(e2e, "baseline", lambda policy, *a, **k: base)
+    buf = io.BytesIO()
+    torch.save(torch.zeros(1, 3, 4), buf)  # logits travel in the result, as torch.save bytes (autokernel.sandbox)
 
     class Res:
-        ok, reason, detail, data = True, None, "", {"new": [[9, 9, 9, 9]]}
+        ok, reason, detail, data = True, None, "", {"new": [[9, 9, 9, 9]], "logits": buf.getvalue()}
 
-    def fake_run(entry, payload, job_dir, limits):
-        torch.save(torch.zeros(1, 3, 4), Path(job_dir) / "e2e_logits.pt")
+    def fake_run(entry, payload, job_dir, limits, **kw):
         return Res()
 
     monkeypatch.setattr(e2e.sandbox, "run", fake_run)

@@ -40,3 +40,17 @@ def import_module(payload: dict, inputs: Path) -> dict:
     """Import payload["name"] from the pythonpath (for the bytecode test)."""
     importlib.import_module(payload["name"])
     return {"imported": payload["name"]}
+
+
+def inputs_probe(payload: dict, inputs: Path) -> dict:
+    """What the job sees of its input directory, and whether it can change it."""
+    out = {"names": sorted(os.listdir(inputs)), "a": torch.load(Path(inputs) / "a.pt", weights_only=True),
+           "raw": (Path(inputs) / "raw.bin").read_bytes()}
+    for what, act in (("write", lambda: open(Path(inputs) / "raw.bin", "wb").write(b"x")),
+                      ("unlink", lambda: os.unlink(Path(inputs) / "a.pt"))):
+        try:
+            act()
+            out[what] = "done"
+        except OSError:
+            out[what] = "OSError"
+    return out

@@ -1,15 +1,19 @@
-"""Containment that really tries: each test writes a hostile candidate, runs it through the sandbox, and checks both
-the reported outcome and that the host saw nothing; after each, the next candidate must still run."""
+"""Containment that really tries: each test passes a hostile candidate to the sandbox as an input, runs it, and checks
+both the reported outcome and that the host saw nothing; after each, the next candidate must still run. The larger
+hostile-candidate suite is test_hostile.py."""
 import os
 import socket
+import tempfile
 import textwrap
 from pathlib import Path
 
 import pytest
+import torch
 
 from autokernel import sandbox
+from autokernel.errors import UserError
 from autokernel.policy import Sandbox
-from autokernel.sandbox import bwrap, limits
+from autokernel.sandbox import bwrap, limits, seccomp
 
 HERE = Path(__file__).parent
 LIMITS = Sandbox(timeout_s=10, memory_mb=1024, cpu_s=30, max_processes=32)
@@ -17,11 +21,9 @@ needs_bwrap = pytest.mark.skipif(bwrap.usable() is not None, reason=f"needs bubb
 
 
 def run_candidate(tmp_path: Path, source: str, limits: Sandbox = LIMITS, name: str = "job"):
-    job = tmp_path / name
-    job.mkdir(parents=True, exist_ok=True)
-    cand = job / "candidate.py"
-    cand.write_text(textwrap.dedent(source))
-    return sandbox.run("sandbox_entries:call_candidate", {"candidate": str(cand)}, job, limits, pythonpath=[HERE])
+    """Run main(scratch) of `source`, imported from the job's read-only input directory; job_dir is the evidence."""
+    return sandbox.run("sandbox_entries:call_candidate", {"candidate": "candidate.py"}, tmp_path / name, limits,
+                       inputs={"candidate.py": textwrap.dedent(source).encode()}, pythonpath=[HERE])
 
 
 def assert_next_runs(tmp_path: Path, limits: Sandbox = LIMITS):
@@ -30,17 +32,21 @@ def assert_next_runs(tmp_path: Path, limits: Sandbox = LIMITS):
 
 
 @needs_bwrap
-def test_result_comes_back(tmp_path):
+def test_result_comes_back_through_the_pipe_only(tmp_path):
     r = run_candidate(tmp_path, """
-        def main(job_dir):
-            (job_dir / "out.txt").write_text("written")
+        import torch
+        def main(scratch):
+            (scratch / "out.txt").write_text("written")
             print("noise on stdout that is not a result")
-            return {"answer": 42}
+            return {"answer": 42, "t": torch.arange(4, dtype=torch.float16), "nested": [{"b": b"raw"}]}
     """)
     assert r.ok, r
-    assert r.data == {"result": {"answer": 42}}
+    assert r.data["result"]["answer"] == 42 and r.data["result"]["nested"] == [{"b": b"raw"}]
+    assert torch.equal(r.data["result"]["t"], torch.arange(4, dtype=torch.float16))
     assert r.isolation.startswith("bwrap+")
-    assert (r.job_dir / "out.txt").read_text() == "written"
+    assert not (r.job_dir / "out.txt").exists()  # the scratch dir was the job's own tmpfs, gone with it
+    assert sorted(p.name for p in r.job_dir.iterdir()) == ["sandbox.log"]
+    assert "noise on stdout" in (r.job_dir / "sandbox.log").read_text()  # written by the parent, from the pipe
     assert r.wall_s > 0
 
 
@@ -64,7 +70,8 @@ def test_no_secrets_visible(tmp_path, monkeypatch):
     assert r.ok, r
     assert r.data["result"]["hits"] == []
     assert set(r.data["result"]["env"]) <= set(bwrap.ENV_PASSTHROUGH) | {
-        "PATH", "HOME", "PWD", "TMPDIR", "PYTHONPATH", "PYTHONDONTWRITEBYTECODE", "PYTHONNOUSERSITE", "TRITON_CACHE_DIR"}
+        "PATH", "HOME", "PWD", "TMPDIR", "PYTHONPATH", "PYTHONDONTWRITEBYTECODE", "PYTHONNOUSERSITE", "TRITON_CACHE_DIR",
+        "TORCHINDUCTOR_CACHE_DIR", "XDG_CACHE_HOME"}
     assert len(r.data["result"]["pids"]) <= 4  # its own pid namespace: bwrap's init, the harness, nothing of ours
     assert_next_runs(tmp_path)
 
@@ -106,7 +113,7 @@ def test_writes_only_inside_its_dir(tmp_path):
         r = run_candidate(tmp_path, f"""
             def main(job_dir):
                 out = {{}}
-                for p in {[str(t) for t in targets]!r} + [str(job_dir / "inside.txt")]:
+                for p in {[str(t) for t in targets]!r} + [str(job_dir / "inside.txt")]:  # job_dir: its scratch
                     try:
                         open(p, "w").write("escaped")
                         out[p] = "written"
@@ -115,7 +122,7 @@ def test_writes_only_inside_its_dir(tmp_path):
                 return out
         """)
         assert r.ok, r
-        assert r.data["result"][str(r.job_dir / "inside.txt")] == "written"
+        assert r.data["result"]["/tmp/autokernel-job/inside.txt"] == "written"
         for t in targets:  # whatever the candidate believed, nothing landed on the host
             assert not t.exists(), f"sandbox wrote {t}"
         assert r.data["result"][str(project_probe)] != "written"  # read-only, not merely hidden
@@ -161,13 +168,15 @@ def _process_limit() -> str:
 @pytest.mark.skipif(_process_limit() == "none",
                     reason="no pids cgroup and running as root: RLIMIT_NPROC does not bind uid 0")
 def test_fork_bomb_is_contained(tmp_path):
-    # Bounded even if containment failed (<= 1 + 150 * 6 processes, all exiting within 20 s), so a broken sandbox
-    # fails this test instead of taking the machine down.
+    # With process creation allowed (sandbox.fork: allow, as on CUDA) the pids cgroup is what holds. Bounded even if
+    # containment failed (<= 1 + 40 * 6 processes, all exiting within 20 s), so a broken sandbox fails this test
+    # instead of taking the machine down. (On CPU seccomp refuses every fork: test_hostile.py.) 40 tries, not more:
+    # each refused fork of a process with torch loaded still copies its page tables first (~0.1 s).
     r = run_candidate(tmp_path, """
         import os, time
         def main(job_dir):
             root, forked, refused, depth = os.getpid(), 0, 0, 0
-            for _ in range(150 if depth == 0 else 5):
+            for _ in range(40 if depth == 0 else 5):
                 try:
                     pid = os.fork()
                 except OSError:
@@ -183,7 +192,7 @@ def test_fork_bomb_is_contained(tmp_path):
                 time.sleep(20)
                 os._exit(0)
             return {"forked": forked, "refused": refused}
-    """)
+    """, LIMITS.model_copy(update={"fork": "allow", "timeout_s": 30}))
     assert r.ok, r
     res = r.data["result"]
     assert res["refused"] > 0 and res["forked"] < LIMITS.max_processes, res
@@ -249,44 +258,41 @@ def test_required_isolation_refuses_without_bwrap(tmp_path, monkeypatch):
 def test_fallback_subprocess_still_scrubs_and_limits(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-test-fallback")
     monkeypatch.setattr(bwrap, "usable", lambda: "bubblewrap (bwrap) is not installed")
-    monkeypatch.setattr(sandbox, "_warned", False)
+    monkeypatch.setattr(sandbox, "_warned", set())
     r = run_candidate(tmp_path, "import os\ndef main(job_dir):\n    return 'ANTHROPIC_API_KEY' in os.environ\n")
     assert r.ok and r.data == {"result": False}
     assert r.isolation.startswith("subprocess+")
-    assert "WITHOUT isolation" in capsys.readouterr().err
+    assert "WEAKER isolation" in capsys.readouterr().err
     lim = LIMITS.model_copy(update={"timeout_s": 1.5})
     r = run_candidate(tmp_path, "import time\ndef main(job_dir):\n    time.sleep(60)\n", lim)
     assert r.reason == "sandbox.timeout"
 
 
-def test_run_many_uses_every_slot(tmp_path):
-    jobs = []
-    for i in range(4):
-        job = tmp_path / f"j{i}"
-        job.mkdir()
-        (job / "candidate.py").write_text("import os\ndef main(job_dir):\n"
-                                          "    return [os.environ.get('OMP_NUM_THREADS'), os.environ['TRITON_CACHE_DIR']]\n")
-        jobs.append(("sandbox_entries:call_candidate", {"candidate": str(job / "candidate.py")}, job))
+def test_run_many_uses_every_slot_and_no_job_sees_another_jobs_cache(tmp_path):
+    src = (b"import os\ndef main(scratch):\n    d = os.environ['TRITON_CACHE_DIR']\n    seen = os.listdir(d) "
+           b"if os.path.isdir(d) else []\n    os.makedirs(d, exist_ok=True)\n    open(os.path.join(d, 'planted'), "
+           b"'w').write('x')\n    return [os.environ.get('OMP_NUM_THREADS'), seen]\n")
+    jobs = [("sandbox_entries:call_candidate", {"candidate": "c.py"}, tmp_path / f"j{i}", {"c.py": src})
+            for i in range(4)]
     slots = [sandbox.slots.Slot(0, {"OMP_NUM_THREADS": "1"}), sandbox.slots.Slot(1, {"OMP_NUM_THREADS": "1"})]
     rs = sandbox.run_many(jobs, LIMITS, slots=slots, pythonpath=[HERE])
     assert all(r.ok for r in rs), rs
-    assert [r.data["result"][1] for r in rs] == [str((tmp_path / f"j{i}" / ".triton").resolve()) for i in range(4)]
+    assert [r.data["result"][1] for r in rs] == [[]] * 4  # every job's Triton cache starts empty
     assert {r.data["result"][0] for r in rs} == {"1"}
 
 
-def test_files_left_in_the_job_dir_do_not_shadow_the_harness(tmp_path):
-    # A candidate plants json.py / faulthandler.py in its (writable, reused) job dir; the next job there must not
-    # import them: the harness runs with `python -I`, so the working directory is not on sys.path.
+def test_files_left_by_a_job_are_gone_for_the_next(tmp_path):
+    # A candidate plants json.py / faulthandler.py in its working directory; the next job must not import them (and,
+    # being a fresh directory, does not even see them; `python -I` keeps the cwd off sys.path besides).
     r = run_candidate(tmp_path, """
         def main(job_dir):
-            for m in ("json", "faulthandler", "traceback", "runpy"):
+            for m in ("json", "faulthandler", "traceback", "runpy", "torch"):
                 (job_dir / f"{m}.py").write_text("raise SystemExit('planted module imported')")
             return "planted"
     """)
     assert r.ok, r
-    assert_next_runs(tmp_path)
-    r = run_candidate(tmp_path, "def main(job_dir):\n    return 'clean'\n")  # the same job dir as the planter
-    assert r.ok and r.data == {"result": "clean"}, r
+    r = run_candidate(tmp_path, "import os\ndef main(job_dir):\n    return sorted(os.listdir(job_dir))\n")
+    assert r.ok and r.data == {"result": []}, r
 
 
 def _has_memory_cgroup() -> bool:
@@ -317,17 +323,80 @@ def test_oom_kill_by_the_memory_cgroup_is_oom(tmp_path, monkeypatch):
 
 
 def test_patching_the_harness_libraries_does_not_forge_a_result(tmp_path):
-    # No introspection needed for these: json.dumps and os.write are module attributes anyone can replace. The
-    # harness bound its own encoder and writer before the entry ran, so the failure still comes back as a failure.
+    # No introspection needed for these: torch.save, io.BytesIO, os.write and the harness's helpers are module
+    # attributes anyone can replace. The harness bound its own before the entry ran; torch.save's internals still use
+    # the patched io.BytesIO, so the frame may not get out at all -- but a failure never turns into a pass.
     r = run_candidate(tmp_path, """
-        import json, os, sys
-        FORGED = '{"ok": true, "data": {"result": "forged"}}'
+        import io, os, sys, torch
         def main(job_dir):
-            json.dumps = lambda *a, **k: FORGED
-            json._default_encoder.encode = lambda o: FORGED
-            json.encoder.c_make_encoder = None
+            forged = lambda *a, **k: None
+            torch.save, io.BytesIO, os.write = forged, forged, forged
             harness = sys.modules["__main__"]
             harness._call = lambda *a: {"ok": True, "data": {"result": "forged"}}
+            harness._fail = lambda *a: {"ok": True, "data": {"result": "forged"}}
             raise ValueError("the real outcome")
     """)
-    assert not r.ok and r.reason == "sandbox.error" and r.detail == "ValueError: the real outcome", r
+    assert not r.ok and r.reason == "sandbox.error" and "forged" not in repr(r), r
+    assert r.detail == "ValueError: the real outcome" or "no result" in r.detail, r
+
+
+def test_inputs_are_read_only_fresh_and_removed(tmp_path, monkeypatch):
+    tmp = tmp_path / "tempdir"
+    tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+    r = sandbox.run("sandbox_entries:inputs_probe", {}, tmp_path / "job", LIMITS,
+                    inputs={"a.pt": {"x": torch.ones(3)}, "raw.bin": b"\x00\x01"}, pythonpath=[HERE])
+    assert r.ok, r
+    res = r.data
+    assert res["names"] == ["a.pt", "raw.bin"] and torch.equal(res["a"]["x"], torch.ones(3)) and res["raw"] == b"\x00\x01"
+    if r.isolation.startswith("bwrap"):
+        assert res["write"] == "OSError" and res["unlink"] == "OSError", res
+    assert list(tmp.iterdir()) == []  # the input dir (and the fallback's scratch) are gone
+    with pytest.raises(ValueError):
+        sandbox.run("sandbox_entries:inputs_probe", {}, tmp_path / "job", LIMITS, inputs={"../x": b""})
+
+
+def test_isolation_is_reported_in_full(tmp_path):
+    r = run_candidate(tmp_path, "def main(job_dir):\n    return 1\n")
+    assert r.ok and r.isolation == sandbox.preflight(LIMITS, untrusted_author=False), r
+    if bwrap.usable() is None and seccomp.unavailable() is None and _process_limit() == "cgroup":
+        assert r.isolation == "bwrap+cgroup+seccomp"
+
+
+def test_preflight_refuses_untrusted_authors_without_full_isolation(monkeypatch, capsys):
+    monkeypatch.setattr(bwrap, "usable", lambda: "bubblewrap (bwrap) is not installed")
+    monkeypatch.setattr(sandbox, "_warned", set())
+    with pytest.raises(UserError, match="bubblewrap.*sandbox.isolation: none"):
+        sandbox.preflight(LIMITS, untrusted_author=True)
+    with pytest.raises(UserError, match="'required'"):
+        sandbox.preflight(LIMITS.model_copy(update={"isolation": "required"}), untrusted_author=False)
+    # a person's own candidate: a loud warning, never silence
+    assert sandbox.preflight(LIMITS, untrusted_author=False).startswith("subprocess+")
+    assert "WEAKER isolation" in capsys.readouterr().err
+    # the explicit opt-out
+    assert sandbox.preflight(LIMITS.model_copy(update={"isolation": "none"}), untrusted_author=True).startswith(
+        "subprocess+")
+
+
+@needs_bwrap
+def test_required_needs_seccomp_too(tmp_path, monkeypatch):
+    monkeypatch.setattr(seccomp, "unavailable", lambda: "seccomp unavailable (test)")
+    req = LIMITS.model_copy(update={"isolation": "required"})
+    with pytest.raises(UserError, match="seccomp"):
+        sandbox.preflight(req, untrusted_author=False)
+    r = run_candidate(tmp_path, "def main(job_dir):\n    return 1\n", req)
+    assert not r.ok and r.reason == "sandbox.no_isolation" and "seccomp" in r.detail, r
+    r = run_candidate(tmp_path, "def main(job_dir):\n    return 1\n")  # auto: runs, and says what is missing
+    assert r.ok and r.isolation.startswith("bwrap+") and "seccomp" not in r.isolation, r
+
+
+def test_no_bytecode_is_written_even_without_bubblewrap(tmp_path):
+    # `python -I` ignores PYTHONDONTWRITEBYTECODE; the harness runs with -B so that imports never leave __pycache__
+    # in the project (or anywhere): here a module on the job's pythonpath, imported in the unisolated fallback.
+    pkg = tmp_path / "lib"
+    pkg.mkdir()
+    (pkg / "ak_bytecode_probe.py").write_text("X = 1\n")
+    r = sandbox.run("sandbox_entries:import_module", {"name": "ak_bytecode_probe"}, tmp_path / "job",
+                    LIMITS.model_copy(update={"isolation": "none"}), pythonpath=[HERE, pkg])
+    assert r.ok, r
+    assert not (pkg / "__pycache__").exists()
