@@ -115,8 +115,9 @@ def usable() -> str | None:
         return "bubblewrap (bwrap) is not installed"
     with tempfile.TemporaryDirectory(prefix="autokernel-probe-") as d:
         cmd = argv(Path(d), [], gpu=False, disk_bytes=1 << 20, seccomp_fd=None)
-        cmd += [sys.executable, "-I", "-B", "-c", f"import os, sys; sys.path[:0] = [{str(PROJECT)!r}]; import autokernel; "
-                f"assert os.path.isfile({str(PROJECT / 'kernels' / '__init__.py')!r}) and os.path.isdir({d!r})"]
+        cmd += [sys.executable, "-I", "-B", "-c", f"import os, sys; sys.path[:0] = [{str(PROJECT)!r}]; "
+                f"import autokernel; assert os.path.isfile({str(PROJECT / 'kernels' / '__init__.py')!r}) "
+                f"and os.path.isdir({d!r})"]
         try:
             p = subprocess.run(cmd, capture_output=True, timeout=30, env=env(SCRATCH, []))
         except (OSError, subprocess.TimeoutExpired) as e:

@@ -49,6 +49,8 @@ def _full_isolation() -> str:
 
 
 ISOLATION = _full_isolation()
+if os.environ.get("AUTOKERNEL_REQUIRE_ISOLATION") and ISOLATION != "bwrap+cgroup+seccomp":  # CI (.ci/run)
+    raise RuntimeError(f"AUTOKERNEL_REQUIRE_ISOLATION is set but jobs would run with: {ISOLATION}")
 pytestmark = pytest.mark.skipif(ISOLATION != "bwrap+cgroup+seccomp",
                                 reason=f"the hostile suite needs bubblewrap, cgroups and seccomp: {ISOLATION}")
 

@@ -4,10 +4,11 @@ import socket
 
 def main(ctx):
     out = {}
-    for name, make, addr in (("tcp", lambda: socket.create_connection(("127.0.0.1", ctx["port"]), timeout=2), None),
-                             ("udp", lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM), ("127.0.0.1", ctx["port"])),
+    port = ctx["port"]
+    for name, make, addr in (("tcp", lambda: socket.create_connection(("127.0.0.1", port), timeout=2), None),
+                             ("udp", lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM), ("127.0.0.1", port)),
                              ("netlink", lambda: socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0), None),
-                             ("inet6", lambda: socket.create_connection(("::1", ctx["port"]), timeout=2), None)):
+                             ("inet6", lambda: socket.create_connection(("::1", port), timeout=2), None)):
         try:
             s = make()
             if addr:
