@@ -170,11 +170,12 @@ def legal(knobs: list[Knob], config: dict[str, int]) -> bool:
     return all(t <= MAX_TILE_ELEMENTS for t in tiles.values())
 
 
-def coordinate_descent(knobs: list[Knob], seed: int = 0, min_gain: float = 1.0) -> Generator[dict[str, int], object,
-                                                                                             None]:
+def coordinate_descent(knobs: list[Knob], seed: int = 0, min_gain: float = 1.0,
+                       up_first: bool = False) -> Generator[dict[str, int], object, None]:
     """Yields configs {knob: value}; is sent each one's score over the incumbent: a speedup, (speedup, its
     interval's lower bound), or None (rejected). A step is taken only when the lower bound beats the best score by
-    min_gain (the bench's bar); starts at the incumbent (score 1 by definition), never yields a config twice."""
+    min_gain (the bench's bar); starts at the incumbent (score 1 by definition), never yields a config twice.
+    up_first: try the larger value of each knob first (else a seeded coin decides the direction)."""
     rng = random.Random(seed)
     best = {k.name: k.default for k in knobs}
     best_score, seen = 1.0, {tuple(sorted(best.items()))}
@@ -184,7 +185,7 @@ def coordinate_descent(knobs: list[Knob], seed: int = 0, min_gain: float = 1.0) 
     while improved:
         improved = False
         for k in order:
-            for direction in rng.sample((1, -1), 2):
+            for direction in (1, -1) if up_first else rng.sample((1, -1), 2):
                 while True:  # a line search: keep stepping while it pays
                     i = k.choices.index(best[k.name]) + direction
                     if not 0 <= i < len(k.choices):
@@ -237,7 +238,9 @@ class SearchModel:
                 return _reply("Reading the kernel to find its launch meta-parameters.",
                               {"id": "search_read", "name": "read_kernel", "arguments": {}})
             self.knobs = find_knobs(self.source, launch_options=not self.interpreter)
-            self.search = coordinate_descent(self.knobs, self.seed, self.min_speedup)
+            # Under the interpreter every tl op of every loop iteration is a round of numpy calls: larger blocks
+            # (fewer iterations) are the likelier win, and a smaller one the costlier evaluation, so up goes first.
+            self.search = coordinate_descent(self.knobs, self.seed, self.min_speedup, up_first=self.interpreter)
             if not self.knobs:
                 return _finish("no tunable launch meta-parameters (UPPER_CASE *BLOCK* literals" +
                                (")" if self.interpreter else ", num_warps, num_stages)") + " in this kernel's "

@@ -9,7 +9,7 @@ from autokernel.agent.search import apply, find_knobs
 
 ROOT = Path(__file__).resolve().parents[2]
 INCUMBENT = (ROOT / "kernels" / "rmsnorm.py").read_text()
-# A correct rmsnorm planted slow: BLOCK_N=64 walks each 576-wide row in 9 chunks, twice (fixtures/ says why).
+# A correct rmsnorm planted slow: BLOCK_N=256 walks each 576-wide row in 3 chunks, twice (fixtures/ says why).
 PLANTED = (Path(__file__).parent / "fixtures" / "rmsnorm_small_block.py").read_text()
 
 # SHORTCUTS.md #1: call the library instead of launching a kernel.
