@@ -28,7 +28,8 @@ def run(payload: dict, inputs: Path) -> dict:
     """Sandbox entry: the candidate is payload["candidate"] in the read-only `inputs` directory. The logits are
     returned as torch.save bytes taken right after the forward (not a live tensor the later greedy run could still
     reach); the parent loads them weights-only (autokernel.sandbox: results travel through the pipe)."""
-    import kernels  # noqa: F401  sets TRITON_INTERPRET on CPU before the candidate's triton import
+    from autokernel import kernel_loader
+    kernel_loader.neutral_process()  # the same argv and env keys as the numeric job; imports kernels (interpreter)
     from autokernel.engine import open_engine
     eng = open_engine(payload["model"], kernels=payload["backend"], weights=payload["weights"],
                       overrides={**payload.get("others", {}), payload["op"]: str(Path(inputs) / payload["candidate"])})

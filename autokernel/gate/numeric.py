@@ -224,14 +224,12 @@ class _Runner:
         return None
 
     def estimate_s(self, c: Case) -> float:
-        """Seconds for case c's calls: measured per call for its shape, else scaled up from the measured shapes by
-        cost (pessimistic: linear in the work, no fixed cost). 0 before any measurement."""
+        """Seconds for case c's calls: measured per call for its shape, else per_call_model's. 0 before any
+        measurement."""
         per_call = self.call_s.get(json_shape(c.shape))
-        if per_call is None:
-            w = schedule.cost(self.spec, c.shape)
-            per_call = max((t * w / max(schedule.cost(self.spec, self.shape_of[k]), 1)
-                            for k, t in self.call_s.items()), default=0.0)
-        return per_call * len(c.steps)
+        if per_call is None and self.call_s:
+            per_call = per_call_model(self.spec, {k: (self.shape_of[k], t) for k, t in self.call_s.items()})(c.shape)
+        return (per_call or 0.0) * len(c.steps)
 
     def limits_for(self, est_s: float):
         """The job's limits: the policy's, with the wall and CPU clocks stretched for one case that alone needs
@@ -249,6 +247,15 @@ class _Runner:
                                          "compute, global state unchanged", calls=self.calls, launches=self.launches,
                               isolation=self.isolation, sandbox_s=round(self.sandbox_s, 3),
                               candidate_s=round(self.candidate_s, 3), jobs=self.jobs)
+
+
+def per_call_model(spec: OpSpec, measured: dict[str, tuple[dict, float]]):
+    """Seconds per call of a shape as a + b * work, from measured (shape, seconds) points: a the fastest call (the
+    launch overhead), b the steepest slope seen. Pessimistic on purpose: it sizes time budgets and limits."""
+    pts = [(schedule.cost(spec, s), t) for s, t in measured.values()]
+    a = min(t for _, t in pts)
+    b = max(((t - a) / w for w, t in pts if w > 0), default=0.0)
+    return lambda shape: a + b * schedule.cost(spec, shape)
 
 
 def run(spec: OpSpec, candidate: Path, job_dir: Path, limits, seed: int, planned,

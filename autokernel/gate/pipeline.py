@@ -29,9 +29,10 @@ Stage = Callable[[str, Path, Policy], StageResult]
 # Stages run after static, runtime and numeric have passed, in order, each given (op, candidate file, policy); the
 # candidate file is the gate's own copy (the bytes that were hashed). The engine owner appends the end-to-end stage:
 #     from autokernel.gate.pipeline import STAGES; STAGES.append(e2e_check)
-def _e2e(op: str, candidate: Path, policy: Policy, kernels_dir: Path | None = None) -> StageResult:
+def _e2e(op: str, candidate: Path, policy: Policy, kernels_dir: Path | None = None,
+         measured: dict | None = None) -> StageResult:
     from autokernel.gate import e2e
-    return e2e.stage(op, candidate, policy, kernels_dir=kernels_dir)
+    return e2e.stage(op, candidate, policy, kernels_dir=kernels_dir, measured=measured)
 
 
 STAGES: list[Stage] = [_e2e]
@@ -86,9 +87,11 @@ def verify(op: str, candidate_path: str | Path, *, shapes: list[dict] | None = N
     for stage in (STAGES if stages is None else stages):
         if not all(r.passed for r in results):
             break
-        takes_dir = kernels_dir is not None and "kernels_dir" in inspect.signature(stage).parameters
-        results.append(timed(functools.partial(stage, kernels_dir=Path(kernels_dir)) if takes_dir else stage,
-                             op, copy, policy))
+        params = inspect.signature(stage).parameters
+        extra = {"kernels_dir": Path(kernels_dir)} if kernels_dir is not None and "kernels_dir" in params else {}
+        if "measured" in params:  # the numeric stage's per-call times size the stage's time limit
+            extra["measured"] = next((r.metrics for r in results if r.name == "numeric"), None)
+        results.append(timed(functools.partial(stage, **extra), op, copy, policy))
     accepted = all(r.passed for r in results)
     v = Verdict(op=op, candidate=str(candidate_path), candidate_sha256=sha,
                 verdict="accepted" if accepted else "rejected", stages=results, seed=seed,

@@ -58,3 +58,18 @@ def test_repetition_guard(monkeypatch, job):
     (job / "x.py").write_text("")
     r = e2e.stage("rmsnorm", job / "x.py", Policy())
     assert not r.passed and r.reason == "e2e.degenerate_repetition", r
+
+
+def test_job_limits_follow_the_candidates_measured_speed():
+    """A slow but correct candidate gets the time its e2e job needs (issue: a matmul_q4_1 rewrite was killed at the
+    300 s default): op calls counted by the baseline x the numeric stage's per-call times, times the policy factor."""
+    policy = Policy()
+    base = {"calls": {"rmsnorm": {"M=3,N=576": 2000, "M=120,N=576": 30}}, "model_s": 20.0}
+    fast = {"call_s": {"M=1,N=576": 0.002, "M=96,N=576": 0.05}}
+    limits, predicted = e2e.job_limits("rmsnorm", policy, base, fast)
+    assert limits.timeout_s == policy.sandbox.timeout_s and 20.0 < predicted < 100.0
+    slow = {"call_s": {"M=1,N=576": 0.2, "M=96,N=576": 5.0}}  # 100x slower under the interpreter
+    limits, predicted = e2e.job_limits("rmsnorm", policy, base, slow)
+    assert predicted > 400.0 and limits.timeout_s >= policy.gate.e2e_timeout_factor * predicted
+    assert limits.cpu_s >= limits.timeout_s and policy.sandbox.timeout_s == 300.0  # the policy itself is untouched
+    assert e2e.job_limits("rmsnorm", policy, {}, slow) == (policy.sandbox, None)  # an old baseline: the policy's
