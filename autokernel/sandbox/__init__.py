@@ -12,9 +12,10 @@ CONTRACT (other packages code against this; the implementation may grow, the sig
   containers of them; it travels back through a pipe (torch.save in the child, torch.load(weights_only=True) under
   a size cap in the parent) and arrives as SandboxResult.data. Nothing else comes back: no file the job wrote is
   ever read by the parent.
-- `job_dir` is the PARENT's evidence directory for this job: the candidate never has access to it. The parent writes
-  the child's stdout/stderr there (sandbox.log, drained from a pipe with a cap), and the callers write their verdicts
-  and raw figures there.
+- `job_dir` is the PARENT's evidence directory for this job: under bubblewrap the candidate never has access to it.
+  The parent writes the child's stdout/stderr there (sandbox.log, drained from a pipe with a cap, opened with
+  O_NOFOLLOW), and the callers write their verdicts and raw figures there. It may be reused by several run() calls
+  (the chunks of one gate stage): being parent-only, it is never a channel between them.
 
 The rules that make the parent safe from what it runs (the threat model is docs/design.md's: a candidate that can
 read every Python object of its process and knows this code):
@@ -31,10 +32,15 @@ read every Python object of its process and knows this code):
    value before use. The nonce and the early binding of the harness's writer (autokernel/sandbox/child.py) stop
    forging by output and by monkeypatching; they do not stop a candidate that introspects the harness's frame
    (the nonce and FD are main()'s locals): the static grammar (autokernel/gate/static.py) and parent-side
-   judgement are what make such a forgery useless.
+   judgement are what make such a forgery useless. Its limit, stated plainly: the parent judges WHAT came back,
+   not HOW it was computed, so the harness's observations of how (its own Triton kernel launched, no torch
+   compute) are only as good as the static grammar's ban on introspection; a wrong result cannot be forged into a
+   pass (tests/sandbox/test_hostile.py), a right result computed a forbidden way could be.
 3. The kernel is narrowed by a seccomp filter (autokernel/sandbox/seccomp.py): no ptrace, no signals to anything
    but the harness itself, no process creation on CPU, no namespaces, mounts, keyrings, bpf, io_uring, non-UNIX
-   sockets.
+   sockets. On CUDA (NVIDIA device nodes present) process creation is allowed by default (`sandbox.fork`, reported
+   as "+fork"): Triton compiles with a ptxas subprocess inside the job, and since no cache outlives a job there is
+   no compiled-once cache to hand over. The pid namespace, the pids cgroup and the signal rules still hold there.
 4. Isolation is reported (SandboxResult.isolation, e.g. "bwrap+cgroup+seccomp"; "subprocess+nproc" without
    bubblewrap) and never silently weaker: `sandbox.isolation: required` needs bubblewrap AND cgroup limits AND
    seccomp; `auto` falls back with a loud warning; preflight() refuses (exit 2) candidates from an untrusted author
@@ -101,8 +107,8 @@ class _Plan:
 
 
 def _allow_fork(limits: Sandbox, gpu: bool) -> bool:
-    mode = getattr(limits, "fork", "auto")
-    return mode == "allow" or (mode == "auto" and gpu)
+    """Sandbox.fork: 'auto' allows process creation only where NVIDIA devices are (Triton runs ptxas to compile)."""
+    return limits.fork == "allow" or (limits.fork == "auto" and gpu)
 
 
 def _plan(limits: Sandbox, gpu: bool) -> _Plan:
@@ -203,7 +209,7 @@ def _command(plan: _Plan, in_dir: Path, pythonpath: list[Path], ro_paths: list[P
     cmd = _harness_cmd([bwrap.PROJECT, *pythonpath])
     if not plan.bwrap:
         return cmd
-    disk = int(getattr(limits, "disk_mb", 1024)) * MB
+    disk = limits.disk_mb * MB
     return bwrap.argv(in_dir, [*pythonpath, *ro_paths], gpu, disk, seccomp_fd) + cmd
 
 
