@@ -190,8 +190,9 @@ def run(entry: str, payload: dict, job_dir: Path, limits: Sandbox, *, inputs: Ma
                              isolation=plan.label())
     if plan.missing:
         _warn(plan.missing)
-    in_dir = Path(tempfile.mkdtemp(prefix="autokernel-in-"))
-    scratch = None if plan.bwrap else Path(tempfile.mkdtemp(prefix="autokernel-job-"))
+    _sweep_once()
+    in_dir = Path(tempfile.mkdtemp(prefix=f"autokernel-in-{os.getpid()}-"))
+    scratch = None if plan.bwrap else Path(tempfile.mkdtemp(prefix=f"autokernel-job-{os.getpid()}-"))
     try:
         _write_inputs(in_dir, inputs or {})
         return _execute(entry, payload, job_dir, limits, plan, in_dir, scratch,
@@ -202,6 +203,22 @@ def run(entry: str, payload: dict, job_dir: Path, limits: Sandbox, *, inputs: Ma
                 shutil.rmtree(d, ignore_errors=True)
         if plan.cgroup is not None:
             plan.cgroup.remove()
+
+
+_swept = False
+
+
+def _sweep_once() -> None:
+    """Remove the input and scratch dirs of autokernel processes that were killed before their cleanup ran (named
+    autokernel-{in,job}-<pid>-*; only those whose pid is gone), once per process."""
+    global _swept
+    if _swept:
+        return
+    _swept = True
+    for d in Path(tempfile.gettempdir()).glob("autokernel-[ij][no]*-*-*"):
+        pid = d.name.split("-")[2]
+        if pid.isdigit() and not Path(f"/proc/{pid}").exists() and not d.is_symlink():
+            shutil.rmtree(d, ignore_errors=True)
 
 
 def _command(plan: _Plan, in_dir: Path, pythonpath: list[Path], ro_paths: list[Path], gpu: bool,
