@@ -276,7 +276,7 @@ def test_search_stops_when_another_evaluation_cannot_fit(tmp_path):
 
 
 
-SLOW_WALL_S = 900.0  # the wall budget of the real search below (measured: see its docstring)
+SLOW_WALL_S = 900.0  # the wall budget of the real search below: 1.8x what it took (see its docstring)
 
 
 @pytest.mark.slow
@@ -284,7 +284,10 @@ def test_search_finds_the_planted_win_through_the_real_evaluator(tmp_path):
     """One real offline search on CPU: the planted file is the incumbent of a temporary checkout, every candidate
     goes through the sandboxed gate (every stage, end-to-end KL included; float32 normal inputs to keep it minutes)
     and the interleaved benchmark against the planted incumbent. The search must find a win whose interval's lower
-    bound is >= 1.5x (Triton-interpreter timings), inside the wall budget, every candidate passing the gate."""
+    bound is >= 1.5x (Triton-interpreter timings), inside the wall budget, every candidate passing the gate.
+    Measured on 2 CPU cores shared with other test runs (load ~3.5): 504 s for 3 candidates, BLOCK_N 512: 1.32x
+    [1.14, 1.35], 1024: 2.03x [1.68, 2.30], 2048: 1.89x [1.70, 2.04] (not a step: its lower bound does not clear
+    2.03 x 1.02); each evaluation 80-150 s (gate 35-80 s of it, e2e 15-43 s)."""
     import shutil
     import time
 
