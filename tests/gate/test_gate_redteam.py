@@ -198,3 +198,48 @@ def test_broken_eager_does_not_make_the_tolerance_unfailable():
     assert e.value.reason == "numeric.mismatch"
     right = ref64.to(torch.float16)
     judge.judge_call([right], [eager], [ref64], {}, "test", {})
+
+
+# --- the call schedule (no sandbox) ------------------------------------------------------------------------------------
+
+def test_calls_are_interleaved_in_a_secret_order_that_keeps_each_cases_own():
+    import random
+    per_case = [schedule.case_steps(f"c{i}", schedule.FULL if i % 2 else schedule.SINGLE, random.Random(i))
+                for i in range(8)]
+    runs = [schedule.interleave(per_case, seed, 0) for seed in (1, 2)]
+    for calls in runs:
+        for c in per_case:
+            assert [(k.mode, k.values) for k in calls if k.case == c.case] == c.steps
+        assert all(k.order == {"fresh": "asc", "copy": "desc"}.get(k.mode, "shuffle") for k in calls)
+    assert [k.case for k in runs[0]] != [k.case for k in runs[1]]
+    counts = {len(schedule.interleave([schedule.case_steps("c", schedule.FULL, random.Random(s))], 0, 0))
+              for s in range(20)}
+    assert len(counts) > 1  # how many calls a case gets is not fixed either
+
+
+def test_a_tweak_changes_a_few_elements_in_place_and_keeps_views():
+    spec = get("rope")
+    a, b = (spec.make_inputs({"B": 2, "T": 5, "H": 3, "D": 8}, torch.float32, "cpu", torch.Generator().manual_seed(s),
+                             "normal") for s in (1, 2))
+    t = schedule.tweak(a, b, 7)
+    assert t["x"].stride() == a["x"].stride() and t["x"].storage_offset() == a["x"].storage_offset()
+    changed = int((t["x"] != a["x"]).sum())
+    assert 1 <= changed <= max(1, a["x"].numel() // 32) and torch.equal(t["x"][t["x"] != a["x"]],
+                                                                          b["x"][t["x"] != a["x"]])
+
+
+def test_far_rope_positions_reach_the_context():
+    from autokernel.ops.rope import CONTEXT, make_positions
+    pos = make_positions(4, 24, "cpu", torch.Generator().manual_seed(0))
+    assert int(pos.max()) > CONTEXT - 64 and int(pos.max()) < CONTEXT and int(pos.min()) >= 0
+
+
+def test_nondeterminism_is_a_policy_switch(tmp_path):
+    """Float atomics across programs: rejected by default, accepted when the policy allows run-to-run variation."""
+    from autokernel.policy import Gate
+    fx = next(f for f in fixtures() if f.path.stem == "num_atomic_sum")
+    policy = Policy(gate=Gate(require_bitwise_determinism=False))
+    v = verify(fx.op, fx.path, run_dir=tmp_path, shapes=QUICK_SHAPES[fx.op], dtypes=QUICK_DTYPES, dists=fx.dists,
+               stages=[], policy=policy)
+    assert v.accepted, v.detail
+    assert "nondeterminism allowed by policy" in v.stages[2].detail
