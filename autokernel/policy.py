@@ -56,14 +56,22 @@ class Bench(_Section):
     confidence: float = Field(0.95, gt=0, lt=1)
     """Confidence level of the bootstrap intervals."""
     rse_target: float = Field(0.005, gt=0)
-    """Stop repeating once the relative standard error of the median is under this (CUDA)."""
+    """Stop adding rounds once every candidate's weighted speedup has a relative standard error under this (the
+    incumbent's medians, when it is timed alone); on CPU the time cap usually comes first."""
     max_time_s: float = Field(30.0, gt=0)
-    """Time cap per op benchmark: no new round starts past it once `rounds` are done."""
+    """Time cap per op benchmark: once `rounds` are done, no further pair of rounds starts that is expected to end
+    past it."""
     rounds: int = Field(6, ge=6)
     """Fewest A/B rounds; each times every file in a fresh sandboxed process, and speedup intervals are over
     rounds (6 is the least for which a 95% order-statistic interval of a median exists)."""
+    job_time_s: float = Field(1.0, gt=0)
+    """Timed seconds per job after the first round, on the verdict's clock (CPU: process CPU time; CUDA: event
+    time): repetitions are set so the fastest file's calls add up to this, for a tight median per round."""
     implausible_factor: float = Field(10.0, gt=1)
     """A speedup above this is flagged bench.implausible and never accepted."""
+    max_wait_ratio: float = Field(3.0, gt=1)
+    """CPU: a candidate whose calls took more than this many times the incumbent's wall time per CPU second waited
+    for work done outside its process: bench.implausible."""
 
 
 class Agent(_Section):

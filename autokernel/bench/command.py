@@ -145,7 +145,7 @@ def render(m: Measurement, console: Console) -> None:
                                     str(s.reps), _ci(i.median_ms) if i else "", _ci(s.median_ms) if c else "",
                                     _ci(s.speedup, ".3f"), f"{s.gbps:.3g}", f"{s.gflops:.3g}", pct, s.implausible)))
         if m.label == CPU_LABEL:
-            t.caption += f"; {CPU_LABEL} timings: what the interpreter does, never GPU speed"
+            t.caption += f"; every time is {m.clock or CPU_LABEL}: what the interpreter does, never GPU speed"
         console.print(t)
         if c is not None:
             _verdict(c, m, console)
@@ -154,8 +154,10 @@ def render(m: Measurement, console: Console) -> None:
                       f"isolation: {m.isolation}", highlight=False)
     if m.rounds:
         cpu = [j["cpu_s"] / j["wall_s"] for j in m.jobs if j.get("wall_s") and j.get("cpu_s", -1) >= 0]
+        reps = sorted({j["reps"] for j in m.jobs})
         console.print(f"  {m.rounds} rounds, each file timed in a fresh sandboxed process per round ({len(m.jobs)} "
-                      f"jobs); job CPU/wall median {np.median(cpu) if cpu else float('nan'):.2f}", highlight=False)
+                      f"jobs, {reps[0]}-{reps[-1]} repetitions each); clock: {m.clock}; job CPU/wall median "
+                      f"{np.median(cpu) if cpu else float('nan'):.2f}", highlight=False)
 
 
 def _verdict(c: FileResult, m: Measurement, console: Console) -> None:

@@ -2,8 +2,36 @@
 
 A job loads exactly ONE kernel file, the incumbent or a candidate, as `kernels.<op>` from a file named `<op>.py`
 (autokernel.kernel_loader: the same name whichever it is), times it on the shapes it was given, and returns raw
-figures: per-call times and the outputs of a random sample of its timed calls. It decides nothing. The parent
-(autokernel.bench.rounds) regenerates every input from the seed it chose, computes the reference itself, and judges.
+figures: per-call times on every clock it reads and the outputs of a random sample of its timed calls. It decides
+nothing, not even which clock counts: the parent (autokernel.bench.rounds) picks the clock by the device it knows,
+regenerates every input from the seed it chose, computes the reference itself, and judges.
+
+Clocks, per call: `cpu_ms`, the process's CPU time (getrusage(RUSAGE_SELF): user + system time of ALL threads of
+the process, live or ended, from the scheduler's accounting, 1 us resolution; see _cpu_ns); `wall_ms`, the host's
+monotonic clock; on CUDA also `event_ms`, CUDA events around the call (all streams synchronised). On CPU the
+verdict uses `cpu_ms`: the Triton interpreter is CPU work, and a process's CPU time does not grow while the
+process waits for a core, so the other work on a shared machine (other jobs, other users' tests) mostly drops out
+of it, where wall time on a loaded 2-core machine ran 1-3.5x the CPU time from one minute to the next.
+
+Can a file make its CPU time look small while the work still gets done? Each way out, and why it is closed:
+- more threads (Python, torch/OpenMP pools, anything the runtime starts): getrusage(RUSAGE_SELF) sums every thread
+  of the process, including threads that ended, so work moved to another thread is counted (a thread still running
+  on another core when the call returns is counted up to the last scheduler tick, ~4 ms); work a
+  thread does after the timer stopped is caught as a thread left running (Python threads: `bench.tampered`) or as
+  an output still being written when it is copied (kept outputs are copied the moment the call returns, chosen
+  after it returned: `bench.mismatch`);
+- sleeping or waiting: costs no CPU time, so it cannot make the file look faster; it only helps if something
+  outside the process does the work meanwhile, which is the next item;
+- another process: process creation is denied by the sandbox's seccomp filter on CPU jobs, and the parent's
+  watcher (autokernel.bench.watch) rejects a job in which any other process was seen (`bench.tampered`); a job
+  cannot reach a process outside its sandbox (namespaces, no network);
+- the kernel doing work on the process's behalf: system time is in the figure; what kernel threads
+  could do asynchronously (I/O) computes nothing a kernel needs, and the static gate admits no module to drive it;
+- a GPU: there is none on a CPU job;
+- the clock itself: bound here before the file is imported and checked with the rest of this module's globals.
+And as a backstop for the whole class "the call waited while work happened elsewhere", the parent compares each
+file's wall/CPU ratio with the incumbent's (autokernel.bench.measure, `bench.max_wait_ratio`): waiting for outside
+work shows up there however it was arranged.
 
 Why one file per process: a file that shares a process with another can wrap, patch or slow the other's kernel, or
 damage the other's outputs, and a benchmark that blames the other then blames the wrong file. Here no file ever
@@ -27,6 +55,7 @@ from __future__ import annotations
 import hashlib
 import os
 import random
+import resource
 import secrets
 import sys
 import threading
@@ -37,6 +66,17 @@ import torch
 
 # Bound before any kernel file is imported: patching time.perf_counter_ns or torch.cuda.Event later changes nothing.
 _perf_ns = time.perf_counter_ns
+_rusage = resource.getrusage
+_SELF = resource.RUSAGE_SELF  # every thread of this process, live or ended, user + system
+
+
+def _cpu_ns() -> int:
+    """This process's CPU time, ns (1 us resolution). getrusage, not clock_gettime(CLOCK_PROCESS_CPUTIME_ID): under
+    the sandbox's RLIMIT_CPU the kernel keeps a process-wide CPU timer armed, and that clock is then read from the
+    timer's tick-updated total (4 ms steps here: calls of 3 ms read 0 or 4 ms); getrusage sums the threads' own
+    run times and brings the calling thread's up to date first."""
+    r = _rusage(_SELF)
+    return int((r.ru_utime + r.ru_stime) * 1e9)
 _monotonic = time.monotonic
 _Event = torch.cuda.Event
 _record = torch.cuda.Event.record
@@ -155,21 +195,27 @@ def _init_triton(device: str) -> None:
 # --- timing --------------------------------------------------------------------------------------------------------
 
 def _time_cpu(fn, kw):
-    t0 = _perf_ns()
+    """(out, {clock: ms}): process CPU time inside the wall-clock window."""
+    w0 = _perf_ns()
+    c0 = _cpu_ns()
     out = fn(**kw)
-    t1 = _perf_ns()
-    return (t1 - t0) / 1e6, out, None
+    c1 = _cpu_ns()
+    w1 = _perf_ns()
+    return out, {"cpu_ms": (c1 - c0) / 1e6, "wall_ms": (w1 - w0) / 1e6}
 
 
 def _time_cuda(fn, kw, flush: torch.Tensor, start, end):
     flush.zero_()  # evict L2 so that the file does not inherit a warm cache
-    h0 = _perf_ns()
+    w0 = _perf_ns()
+    c0 = _cpu_ns()
     _record(start)
     out = fn(**kw)
     _sync()  # all streams: work hidden on a side stream is inside the window
     _record(end)
     _sync()
-    return _elapsed(start, end), out, (_perf_ns() - h0) / 1e6
+    c1 = _cpu_ns()
+    w1 = _perf_ns()
+    return out, {"event_ms": _elapsed(start, end), "cpu_ms": (c1 - c0) / 1e6, "wall_ms": (w1 - w0) / 1e6}
 
 
 def _timer(device: str):
@@ -191,8 +237,7 @@ class _Case:
         self.ci, self.seed = ci, seed
         self.sets = pool(spec, case, seed, ci)
         self.buf = {k: v.to(device, copy=True) if isinstance(v, torch.Tensor) else v for k, v in self.sets[0].items()}
-        self.times: list[float] = []
-        self.host: list[float] = []
+        self.clocks: dict[str, list[float]] = {}  # clock name -> one reading per timed call
         self.kept: list[dict] = []
         self.seen = 0
 
@@ -236,8 +281,7 @@ def time_file(payload: dict, inputs: Path) -> dict:
     cases = [_Case(spec, c, seed, ci, device) for ci, c in enumerate(payload["cases"])]
     timer = _timer(device)
     _init_triton(device)
-    out = {"device": device, "timer": "cuda_events" if device == "cuda" else "perf_counter_ns", "status": "ok",
-           "detail": ""}
+    out = {"device": device, "status": "ok", "detail": ""}
     guard, new_threads = _guard(op, spec)
     try:
         try:
@@ -250,7 +294,7 @@ def time_file(payload: dict, inputs: Path) -> dict:
         guard("at the end")
     except Rejected as e:
         out.update(status=e.reason, detail=e.detail)
-    out["cases"] = [{"times_ms": c.times, "host_ms": c.host, "kept": c.kept} for c in cases]
+    out["cases"] = [{**c.clocks, "kept": c.kept} for c in cases]
     return out
 
 
@@ -274,11 +318,10 @@ def _timed(fn, timer, cases: list[_Case], reps: int, guard, new_threads) -> None
         k = rep % len(cases)
         for c in cases[k:] + cases[:k]:
             where = f"shape {c.ci}, repetition {rep}"
-            ms, res, h_ms = _call(fn, timer, c, rep, where)
+            res, ms = _call(fn, timer, c, rep, where)
             c.keep(rep, res)  # copied now, before anything else can run
-            c.times.append(float(ms))
-            if h_ms is not None:
-                c.host.append(float(h_ms))
+            for clock, v in ms.items():
+                c.clocks.setdefault(clock, []).append(float(v))
             n += 1
             if n % GUARD_EVERY == 0 or new_threads():
                 guard(where)

@@ -3,7 +3,13 @@
 Each file is timed in fresh sandboxed processes of its own, in A/B rounds (autokernel.bench.rounds; the harness is
 autokernel.bench.job). Jobs only return raw times and outputs; everything that decides a verdict is computed in the
 trusted process: the output checks (rounds.py), medians and bootstrap intervals over rounds, paired speedups, the
-weighted speedup, the roofline and 10x checks (here).
+weighted speedup, the roofline and 10x checks and the wait check (here).
+
+Times are on the verdict's clock (rounds.CLOCK): on CPU the process's CPU time of each call, on CUDA CUDA events;
+the wall clock around the same calls comes along. The wait check (CPU): a file whose calls spend much more wall time
+per CPU second than the incumbent's did (median over rounds, `bench.max_wait_ratio`) waited for something while its
+CPU time stood still, which is how work done outside the process would look however it was arranged; it is
+flagged implausible, never accepted. Load on the machine stretches both files' wall time alike.
 """
 from __future__ import annotations
 
@@ -19,7 +25,7 @@ from autokernel.bench.stats import Interval, median_ci, paired_speedup, weighted
 from autokernel.ops import get
 from autokernel.policy import Bench, Policy
 
-CPU_LABEL = "CPU / Triton interpreter"
+CPU_LABEL = "CPU / Triton-interpreter CPU time"
 MIN_MS = 1e-6  # a timer reading of 0 would be an infinite speedup
 
 
@@ -35,6 +41,7 @@ class ShapeResult:
     gflops: float
     fraction_of_peak: float | None  # roofline floor / median time (None: unknown device)
     implausible: str = ""  # why, if this shape's figure cannot be physical
+    rounds_ms: list[float] = field(default_factory=list)  # the figure of each round (a median over its repetitions)
 
 
 @dataclass
@@ -52,7 +59,7 @@ class FileResult:
 @dataclass
 class Measurement:
     op: str
-    label: str  # "CPU / Triton interpreter" or "CUDA <gpu>": printed beside every figure
+    label: str  # "CPU / Triton-interpreter CPU time" or "CUDA <gpu>": printed beside every figure
     fingerprint: dict
     peak: dict | None
     policy: dict
@@ -61,6 +68,7 @@ class Measurement:
     isolation: str
     rounds: int = 0  # A/B rounds: each timed every file in a fresh process (autokernel.bench.rounds)
     jobs: list[dict] = field(default_factory=list)  # per job: file, round, wall_s, cpu_s, processes seen
+    clock: str = ""  # what every time is: the process's CPU time (CPU: Triton interpreter) or CUDA events
 
     @property
     def accepted(self) -> list[FileResult]:
@@ -103,12 +111,11 @@ def judge(op: str, raw: dict, calls: list[int], bench: Bench, peak: roofline.Pea
                 why.append(f"median {med.est:.4g} ms is below the roofline floor {floor:.4g} ms")
             if sp is not None and sp.est > bench.implausible_factor:
                 why.append(f"{sp.est:.1f}x faster than the incumbent (limit {bench.implausible_factor:g}x)")
-            host = case.get("host_ms") or []
-            if len(host) > i and len(host[i]) and np.median(host[i]) * 1.1 < med.est:
-                why.append("CUDA events report more time than the host clock saw")
+            why += _clock_checks(case, i, bench, raw.get("device", "cpu"), med.est)
             fr.shapes.append(ShapeResult(shape, case["dtype"], n_calls, case["reps"], med, sp,
                                          nbytes / med.est / 1e6, flops / med.est / 1e6,
-                                         floor / med.est if floor is not None else None, "; ".join(why)))
+                                         floor / med.est if floor is not None else None, "; ".join(why),
+                                         [float(t) for t in mine]))
             pairs.append((inc, mine))
             weights.append(n_calls * float(np.median(inc)))  # the shape's share of the incumbent's traced time
         if i == 0:
@@ -126,6 +133,24 @@ def judge(op: str, raw: dict, calls: list[int], bench: Bench, peak: roofline.Pea
             fr.detail = (f"the weighted speedup's lower {bench.confidence:.0%} bound {fr.speedup.lo:.3f} is not above "
                          f"{bench.min_speedup:g}")
     return out
+
+
+def _clock_checks(case: dict, i: int, bench: Bench, device: str, med_ms: float) -> list[str]:
+    """What the wall clock says against file i's verdict-clock figures on one shape: [] when nothing."""
+    wall = case.get("wall_ms") or []
+    if len(wall) <= i or not len(wall[i]):
+        return []
+    if device == "cuda":
+        return ["CUDA events report more time than the host clock saw"] if np.median(wall[i]) * 1.1 < med_ms else []
+    if i == 0 or not len(wall[0]):
+        return []
+    def wait(k):  # median over rounds of wall time per CPU time
+        return float(np.median(np.asarray(wall[k], np.float64) / np.maximum(case["times_ms"][k], MIN_MS)))
+    mine, inc = wait(i), wait(0)
+    if mine > bench.max_wait_ratio * inc:
+        return [f"its calls took {mine:.2g} s of wall time per CPU second, the incumbent's {inc:.2g} (limit "
+                f"{bench.max_wait_ratio:g}x): waiting while work happens outside the process is not a speedup"]
+    return []
 
 
 def measure(op: str, candidates: list[Path], cases: list[dict], policy: Policy, job_root: Path,

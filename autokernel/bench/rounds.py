@@ -1,10 +1,12 @@
 """A/B rounds of fresh processes: how the benchmark times files that must never share a process.
 
 Design (issue "The sandbox and the trusted parent", benchmark rigging): every timing of a file is its own sandboxed
-job (autokernel.bench.job) that loads that one file and nothing else. A ROUND runs one job per file, one after
-another, never in parallel (they would share the device being measured), in an order that alternates A B / B A
-(ABBA over rounds; rotated when there are several candidates), each job timing every shape `reps` times on inputs
-drawn from the round's seed, the same for every file of the round. The incumbent's figures therefore always come
+job (autokernel.bench.job) that loads that one file and nothing else. A ROUND runs one job per file, never two at
+the same moment (they would share the device being measured): on CUDA one after another, on CPU all started
+together and given turns of a quarter second by the parent, every other job of the round stopped meanwhile
+(autokernel.bench.lockstep: contention from other work on the machine then falls on every file alike). The order
+alternates A B / B A (ABBA over rounds; rotated when there are several candidates); each job times every shape
+`reps` times on inputs drawn from the round's seed, the same for every file of the round. The incumbent's figures therefore always come
 from a process no candidate was ever loaded in: a candidate can neither wrap, patch nor slow the incumbent's kernel,
 nor damage its outputs (the bench would then blame the incumbent and end an agent session).
 
@@ -15,8 +17,22 @@ come out "3% faster" with a tight interval. Taking the ROUND as the unit of repl
 variation into the interval. Per round and shape, each file's figure is the median of its repetitions; the paired
 statistic is the round's log-ratio (incumbent / candidate) and stats.py's bootstrap and order-statistic intervals
 run over rounds. policies.yaml `bench.rounds` (>= 6, the least for which a 95% order-statistic interval of a
-median exists) rounds always run; more run, in pairs, until `bench.max_time_s` or `bench.rse_target`.
-The cost is one process start per file per round (~2-3 s on 2 CPU cores, most of it `import torch`).
+median exists) rounds always run; more run, in pairs, while the standard error of every candidate's weighted
+log-speedup is above `bench.rse_target` and another pair is expected to end within `bench.max_time_s`. Stopping
+on precision, never on the verdict: stopping once the interval happens to clear the bar would inflate false wins.
+The cost is one process start per file per round (~2-6 s on 2 loaded CPU cores, most of it `import torch`).
+
+Which clock (the parent decides, from the device it knows; job.py explains the clocks): on CPU the process's CPU
+time of each call (`cpu_ms`, labelled "Triton-interpreter CPU time"), so that other work on the machine mostly
+drops out; on CUDA, CUDA events (`event_ms`). The wall clock is recorded beside it for the wait check
+(autokernel.bench.measure). CPU jobs run with OMP_NUM_THREADS=1: extra threads could not lower a CPU time anyway,
+and idle OpenMP workers spin, which would add noise to whichever call they follow.
+
+Repetitions per job: round 0 times every shape FIRST_REPS times and so measures what a repetition (every shape
+once) costs each file; later rounds time enough repetitions that the fastest file's timed calls add up to
+`bench.job_time_s` on the verdict clock, as far as the slowest file's job stays within JOB_TIME_CAP times that.
+A round's per-shape figure is a median over those repetitions: a tight figure per job, so that the interval over
+rounds is not dominated by the jitter within a job.
 
 Judged here, never in a job: every output the job returns (a random sample of its timed calls, chosen after each
 call) is compared with the reference the PARENT computes from inputs it re-creates from its own seed; counts, case
@@ -36,10 +52,9 @@ import torch
 
 from autokernel import sandbox
 from autokernel import device as device_mod
-from autokernel.bench import job, roofline
+from autokernel.bench import job, lockstep, roofline
 from autokernel.bench.measure import CPU_LABEL, IncumbentFailed, Measurement, judge
-from autokernel.bench.stats import rse_of_median
-from autokernel.bench.watch import Watch
+from autokernel.bench.stats import rse_of_median, se_of_weighted_log_ratio
 from autokernel.ops import get
 from autokernel.ops.spec import upcast
 from autokernel.ops.tolerance import compare
@@ -49,8 +64,12 @@ from autokernel.untrusted import line
 ENTRY = "autokernel.bench.job:time_file"
 FIRST_REPS = 3  # repetitions per shape in round 0, which also measures what a repetition costs
 MIN_REPS = 3
-MAX_REPS = {"cuda": 2000, "cpu": 200}
+MAX_REPS = {"cuda": 2000, "cpu": 300}
+JOB_TIME_CAP = 3.0  # the slowest file's timed calls per job: at most this many times bench.job_time_s
 MAX_ROUNDS = 40
+CLOCK = {"cuda": "event_ms", "cpu": "cpu_ms"}  # the verdict's clock per device; "wall_ms" is always recorded too
+CLOCK_LABEL = {"cuda": "CUDA events", "cpu": "Triton-interpreter CPU time (process CPU time, all threads)"}
+JOB_ENV = {"cuda": {}, "cpu": {"OMP_NUM_THREADS": "1"}}
 COMPILERS = ("ptxas",)  # processes a CUDA job may start (Triton compiles with ptxas) where process creation is allowed
 CHILD_REASONS = ("bench.error", "bench.tampered")  # what a job may say about its own file
 
@@ -63,8 +82,8 @@ class Timed:
     source: bytes
     status: str = "ok"
     detail: str = ""
-    times: list[list[float]] = field(default_factory=list)  # [shape][round] ms
-    host: list[list[float]] = field(default_factory=list)
+    times: list[list[float]] = field(default_factory=list)  # [shape][round] ms, the verdict's clock
+    wall: list[list[float]] = field(default_factory=list)  # [shape][round] ms, the wall clock around the same calls
     jobs: list[dict] = field(default_factory=list)
 
 
@@ -80,8 +99,8 @@ def _reference(spec, vals: dict) -> list:
 class Round:
     """What the parent knows about one round: its seed, repetitions and the references it computed (shared by files)."""
 
-    def __init__(self, spec, cases: list[dict], seed: int, reps: int):
-        self.spec, self.cases, self.seed, self.reps = spec, cases, seed, reps
+    def __init__(self, spec, cases: list[dict], seed: int, reps: int, clock: str = CLOCK["cpu"]):
+        self.spec, self.cases, self.seed, self.reps, self.clock = spec, cases, seed, reps, clock
         self._pools: dict[int, list[dict]] = {}
         self._refs: dict[tuple[int, int], list] = {}
 
@@ -93,29 +112,34 @@ class Round:
         return self._refs[(ci, rep)]
 
 
+def _series(case, key: str, n: int) -> list[float] | None:
+    """The job's `n` readings of clock `key` for one shape, or None unless they are n finite non-negative floats."""
+    x = case.get(key) if isinstance(case, dict) else None
+    ok = isinstance(x, list) and len(x) == n and all(type(t) is float and math.isfinite(t) and t >= 0 for t in x)
+    return x if ok else None
+
+
 def check(rnd: Round, data) -> tuple[str, str, list[float], list[float]]:
-    """(status, detail, per-shape median ms, per-shape median host ms) of one job's raw data, judged here."""
+    """(status, detail, per-shape median ms on the round's clock, per-shape median wall ms) of one job's raw data,
+    judged here."""
     if not isinstance(data, dict) or not isinstance(data.get("cases"), list) or len(data["cases"]) != len(rnd.cases):
         return "bench.error", "the job returned malformed data", [], []
     status = data.get("status")
     if status != "ok":
         reason = status if status in CHILD_REASONS else "bench.error"
         return reason, line(data.get("detail", ""), 300), [], []
-    meds, host = [], []
+    meds, wall = [], []
     for ci, case in enumerate(data["cases"]):
         where = f"shape {rnd.cases[ci]['shape']}"
-        times = case.get("times_ms") if isinstance(case, dict) else None
-        if (not isinstance(times, list) or len(times) != rnd.reps
-                or not all(type(t) is float and math.isfinite(t) and t >= 0 for t in times)):
+        times, walls = _series(case, rnd.clock, rnd.reps), _series(case, "wall_ms", rnd.reps)
+        if times is None or walls is None:
             return "bench.error", f"{where}: the job returned no valid time for each of {rnd.reps} calls", [], []
         why = _check_outputs(rnd, ci, case.get("kept"))
         if why:
             return "bench.mismatch", f"{where}: {why}", [], []
         meds.append(float(np.median(times)))
-        h = case.get("host_ms")  # CUDA only: the host clock around each event-timed call
-        ok_h = isinstance(h, list) and len(h) == rnd.reps and all(type(t) is float and math.isfinite(t) for t in h)
-        host.append(float(np.median(h)) if ok_h and h else None)
-    return "ok", "", meds, host
+        wall.append(float(np.median(walls)))
+    return "ok", "", meds, wall
 
 
 def _check_outputs(rnd: Round, ci: int, kept) -> str:
@@ -145,17 +169,28 @@ def _check_outputs(rnd: Round, ci: int, kept) -> str:
     return ""
 
 
-def _run_job(op: str, f: Timed, rnd: Round, r: int, policy: Policy, root: Path) -> None:
-    """One sandboxed job of file f in round r; records its figures or its failure on f."""
+def _job(op: str, f: Timed, rnd: Round, r: int, k: int, policy: Policy, root: Path) -> lockstep.Job:
+    """The sandboxed job of file f in round r, k-th in the round's order; not started yet."""
     payload = {"op": op, "cases": [{"shape": c["shape"], "dtype": c["dtype"]} for c in rnd.cases],
                "seed": rnd.seed, "reps": rnd.reps}
-    job_dir = root / f"round{r:02d}-{f.role}{'' if f.role == 'incumbent' else f.path.stem}-{secrets.token_hex(2)}"
-    with Watch() as w:
-        res = sandbox.run(ENTRY, payload, job_dir, policy.sandbox, inputs={f"{op}.py": f.source})
-    s = w.stats
-    f.jobs.append({"round": r, "job_dir": str(job_dir), "reps": rnd.reps, "wall_s": round(s.wall_s, 3),
-                   "cpu_s": round(s.cpu_s, 3), "processes_seen": s.max_processes, "extra_processes": s.extra,
-                   "isolation": res.isolation})
+    name = f"round{r:02d}-{k}-{f.role}{'' if f.role == 'incumbent' else f.path.stem}-{secrets.token_hex(2)}"
+    job_dir = root / name
+    env = JOB_ENV["cuda" if rnd.clock == CLOCK["cuda"] else "cpu"]
+    job = lockstep.Job(lambda: sandbox.run(ENTRY, payload, job_dir, policy.sandbox, inputs={f"{op}.py": f.source},
+                                           env=env))
+    job.job_dir = job_dir
+    return job
+
+
+def _record(f: Timed, rnd: Round, r: int, job: lockstep.Job) -> None:
+    """Records the figures of a finished job on f, or its failure (IncumbentFailed: the incumbent's own job)."""
+    if job.error is not None:
+        raise job.error
+    res, s = job.result, job.stats
+    share = job.running_share
+    f.jobs.append({"round": r, "job_dir": str(job.job_dir), "reps": rnd.reps, "wall_s": round(s.wall_s, 3),
+                   "cpu_s": round(s.cpu_s, 3), "running_share": round(share, 3), "processes_seen": s.max_processes,
+                   "extra_processes": s.extra, "isolation": res.isolation})
     fork_ok = "fork" in res.isolation.split("+")
     extra = [p for p in s.extra if not (fork_ok and p.split(" ")[0].startswith(COMPILERS))]
     if not res.ok:
@@ -163,16 +198,29 @@ def _run_job(op: str, f: Timed, rnd: Round, r: int, policy: Policy, root: Path) 
     elif extra:
         status, detail = "bench.tampered", f"other processes ran in the job while it was timed: {', '.join(extra[:4])}"
     else:
-        status, detail, meds, host = check(rnd, res.data)
+        status, detail, meds, wall = check(rnd, res.data)
         if status == "ok":
-            for ci, (m, h) in enumerate(zip(meds, host)):
+            for ci, (m, h) in enumerate(zip(meds, wall)):
                 f.times[ci].append(m)
-                if h is not None:
-                    f.host[ci].append(h)
+                f.wall[ci].append(h * share)  # the wall time it was not stopped for another job's turn, pro rata
             return
     if f.role == "incumbent":
         raise IncumbentFailed(f"{f.path} could not be timed (round {r}): {status}: {detail}")
     f.status, f.detail = status, f"{detail} (round {r})"
+
+
+def _run_round(op: str, files: list[Timed], rnd: Round, r: int, policy: Policy, root: Path, device: str) -> None:
+    """One job per live file: on CPU all at once in lockstep turns (autokernel.bench.lockstep), in ABBA order of
+    turns; on CUDA one after another in ABBA order (jobs never share a device)."""
+    live = [f for f in _order(files, r) if f.status == "ok"]
+    jobs = [_job(op, f, rnd, r, k, policy, root) for k, f in enumerate(live)]
+    if device == "cpu":
+        lockstep.run_lockstep(jobs)
+    else:
+        for j in jobs:
+            lockstep.run_alone(j)
+    for f, j in sorted(zip(live, jobs), key=lambda x: x[0].role != "incumbent"):  # the incumbent's failure first
+        _record(f, rnd, r, j)
 
 
 def _order(files: list[Timed], r: int) -> list[Timed]:
@@ -182,21 +230,26 @@ def _order(files: list[Timed], r: int) -> list[Timed]:
     return order if r % 2 == 0 else order[::-1]
 
 
-def _reps(inc: Timed, policy: Policy, n_files: int, device: str) -> int:
-    """Repetitions per job after round 0: the job's share of max_time_s left after its start-up, at the incumbent's
-    measured cost per repetition (all shapes)."""
-    j = inc.jobs[0]
-    per_rep_s = sum(t[0] for t in inc.times) / 1e3
-    timed_s = per_rep_s * j["reps"]
-    overhead_s = max(0.0, j["wall_s"] - timed_s)
-    share_s = policy.bench.max_time_s / (policy.bench.rounds * n_files) - overhead_s
-    reps = int(share_s / per_rep_s) if per_rep_s > 0 else MAX_REPS[device]
-    return max(MIN_REPS, min(MAX_REPS[device], reps))
+def _reps(files: list[Timed], policy: Policy, device: str) -> int:
+    """Repetitions per job for the next round: enough that the fastest live file's timed calls add up to
+    bench.job_time_s, within JOB_TIME_CAP x that for the slowest, at each file's latest cost per repetition."""
+    costs = [sum(t[-1] for t in f.times) / 1e3 for f in files if f.status == "ok" and f.times and f.times[0]]
+    if not costs or min(costs) <= 0:
+        return MAX_REPS[device]
+    want = math.ceil(policy.bench.job_time_s / min(costs))
+    cap = math.floor(JOB_TIME_CAP * policy.bench.job_time_s / max(costs))
+    return max(MIN_REPS, min(MAX_REPS[device], want, cap))
 
 
-def _precise(files: list[Timed], target: float) -> bool:
-    live = [f for f in files if f.status == "ok"]
-    return all(rse_of_median(t) < target for f in live for t in f.times)
+def _precise(files: list[Timed], cases: list[dict], target: float) -> bool:
+    """Every live candidate's weighted log-speedup (the incumbent's medians, when it is alone) has a standard error
+    under `target`."""
+    inc, live = files[0], [f for f in files[1:] if f.status == "ok"]
+    if not live:
+        return all(rse_of_median(t) < target for t in inc.times)
+    weights = [c["calls"] * float(np.median(t)) for c, t in zip(cases, inc.times)]
+    return all(se_of_weighted_log_ratio([(a, b) for a, b in zip(inc.times, f.times)], weights) < target
+               for f in live)
 
 
 def run_rounds(op: str, files: list[Timed], cases: list[dict], policy: Policy, root: Path, device: str) -> int:
@@ -204,23 +257,22 @@ def run_rounds(op: str, files: list[Timed], cases: list[dict], policy: Policy, r
     IncumbentFailed when the incumbent's own job fails."""
     spec = get(op)
     for f in files:
-        f.times, f.host = [[] for _ in cases], [[] for _ in cases]
+        f.times, f.wall = [[] for _ in cases], [[] for _ in cases]
     t0 = time.monotonic()
-    reps, r = FIRST_REPS, 0
+    reps, r, ends = FIRST_REPS, 0, []
     while True:
-        rnd = Round(spec, cases, secrets.randbits(62), reps)
-        for f in _order(files, r):
-            if f.status == "ok":
-                _run_job(op, f, rnd, r, policy, root)
+        rnd = Round(spec, cases, secrets.randbits(62), reps, CLOCK[device])
+        _run_round(op, files, rnd, r, policy, root, device)
         r += 1
+        ends.append(time.monotonic() - t0)
         if not any(f.status == "ok" for f in files[1:]) and len(files) > 1:
             return r  # every candidate failed: nothing left to compare
-        if r == 1:
-            reps = _reps(files[0], policy, len(files), device)
+        reps = _reps(files, policy, device)
         if r < policy.bench.rounds or r % 2:
             continue
-        if r >= MAX_ROUNDS or time.monotonic() - t0 > policy.bench.max_time_s \
-                or _precise(files, policy.bench.rse_target):
+        pair_s = 2 * (ends[-1] - ends[-2])  # the last round ran at the current repetitions
+        if r >= MAX_ROUNDS or ends[-1] + pair_s > policy.bench.max_time_s \
+                or _precise(files, cases, policy.bench.rse_target):
             return r
 
 
@@ -230,18 +282,20 @@ def measure_rounds(op: str, candidates: list[Path], cases: list[dict], policy: P
     rounds, and judged by measure.judge from the per-round figures."""
     fp = device_mod.fingerprint()
     peak = roofline.peak_for(fp)
-    label = CPU_LABEL if fp["kind"] != "cuda" else f"CUDA {fp.get('gpu', '')}".strip()
+    device = "cuda" if fp["kind"] == "cuda" else "cpu"
+    label = CPU_LABEL if device == "cpu" else f"CUDA {fp.get('gpu', '')}".strip()
     root = Path(job_root) / (time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(3))
     files = [Timed(Path(incumbent), "incumbent", Path(incumbent).read_bytes())]
     files += [Timed(Path(c), "candidate", Path(c).read_bytes()) for c in candidates]
-    n = run_rounds(op, files, cases, policy, root, "cuda" if fp["kind"] == "cuda" else "cpu")
-    raw = {"files": [{"path": str(f.path), "status": f.status, "detail": f.detail} for f in files],
+    n = run_rounds(op, files, cases, policy, root, device)
+    raw = {"device": device,
+           "files": [{"path": str(f.path), "status": f.status, "detail": f.detail} for f in files],
            "cases": [{"shape": c["shape"], "dtype": c["dtype"], "reps": len(files[0].times[ci]),
                       "times_ms": [f.times[ci] if f.status == "ok" else [] for f in files],
-                      "host_ms": [f.host[ci] if f.status == "ok" else [] for f in files]}
+                      "wall_ms": [f.wall[ci] if f.status == "ok" else [] for f in files]}
                      for ci, c in enumerate(cases)]}
     judged = judge(op, raw, [c["calls"] for c in cases], policy.bench, peak, [f.role for f in files])
     jobs = [{"file": str(f.path), "role": f.role, **j} for f in files for j in f.jobs]
     isolation = next((j["isolation"] for j in jobs if j["isolation"]), "")
     return Measurement(op, label, fp, asdict(peak) if peak else None, policy.bench.model_dump(), judged,
-                       sorted({j["job_dir"] for j in jobs}), isolation, rounds=n, jobs=jobs)
+                       sorted({j["job_dir"] for j in jobs}), isolation, rounds=n, jobs=jobs, clock=CLOCK_LABEL[device])

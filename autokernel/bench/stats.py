@@ -129,3 +129,21 @@ def rse_of_median(times: Sequence[float]) -> float:
     med = np.median(x)
     sigma = 1.4826 * np.median(np.abs(x - med))
     return float(1.2533 * sigma / np.sqrt(len(x)) / med) if med > 0 else float("inf")
+
+
+def se_of_weighted_log_ratio(pairs: Sequence[tuple[Sequence[float], Sequence[float]]],
+                             weights: Sequence[float]) -> float:
+    """Standard error of weighted_speedup's log estimate (sum of weighted medians of per-round log-ratios), from each
+    shape's MAD: what the rounds loop compares with bench.rse_target (~ the relative error of the speedup)."""
+    w = np.asarray(weights, np.float64)
+    if not len(pairs) or w.sum() <= 0:
+        return float("inf")
+    w = w / w.sum()
+    var = 0.0
+    for wi, (a, b) in zip(w, pairs):
+        lr = log_ratios(a, b)
+        if len(lr) < 3:
+            return float("inf")
+        se = 1.2533 * 1.4826 * np.median(np.abs(lr - np.median(lr))) / np.sqrt(len(lr))
+        var += (wi * se) ** 2
+    return float(np.sqrt(var))

@@ -85,15 +85,29 @@ def descendants(root: int) -> dict[int, int]:
     return seen
 
 
-class Watch:
-    """`with Watch() as w: sandbox.run(...)`; then w.stats. Processes that existed before the job are ignored."""
+def _thread_children(pid: int, tid: int) -> list[int]:
+    """Processes started by thread `tid` of process `pid` (the kernel keeps children per thread)."""
+    try:
+        with open(f"/proc/{pid}/task/{tid}/children") as f:
+            return [int(x) for x in f.read().split()]
+    except (OSError, ValueError):
+        return []
 
-    def __init__(self, interval_s: float = 0.03):
+
+class Watch:
+    """`with Watch() as w: sandbox.run(...)`; then w.stats. Processes that existed before the job are ignored.
+
+    `thread_id` (threading.get_native_id() of the thread that runs the job): only processes that thread starts, and
+    their descendants, are the job's. What autokernel.bench.rounds needs when two jobs run at once (lockstep): each
+    watcher sees its own job, never the other one."""
+
+    def __init__(self, interval_s: float = 0.03, thread_id: int | None = None):
         self.interval_s = interval_s
         self.stats = JobStats()
         self._stop = threading.Event()
         self._me = os.getpid()
-        self._before = set(descendants(self._me))
+        self._tid = thread_id
+        self._before = set(descendants(self._me)) if thread_id is None else set()
         self._names: set[str] = set()
         self._cpu: dict[int, float] = {}  # the last CPU time read of each process of the job
 
@@ -102,7 +116,7 @@ class Watch:
         the harness without bubblewrap, bubblewrap once it has exec'd) and a launcher's first child (the harness
         under bubblewrap). Counted: any process whose parent is a job process that is not a launcher (what the
         harness forked) and a launcher's second child (an orphan reparented to the namespace's init)."""
-        tree = {pid: ppid for pid, ppid in descendants(self._me).items() if pid not in self._before}
+        tree = {pid: ppid for pid, ppid in self._tree().items() if pid not in self._before}
         described = {pid: d for pid in tree if (d := _describe(pid)) is not None}
         launchers = {pid for pid, d in described.items() if d[0] in LAUNCHERS}
         work = [pid for pid in sorted(described) if pid not in launchers and tree[pid] != self._me]
@@ -119,6 +133,20 @@ class Watch:
             if name not in self._names:
                 self._names.add(name)
                 self.stats.extra.append(name)
+
+    def _tree(self) -> dict[int, int]:
+        """{pid: parent pid} of the job's processes and, without a thread_id, of every other process we started."""
+        if self._tid is None:
+            return descendants(self._me)
+        tree: dict[int, int] = {}
+        for root in _thread_children(self._me, self._tid):
+            tree[root] = self._me
+            tree.update(descendants(root))
+        return tree
+
+    def pids(self) -> list[int]:
+        """The job's live processes now (launchers included): what a lockstep conductor stops and continues."""
+        return [pid for pid in self._tree() if pid not in self._before]
 
     def _loop(self) -> None:
         rng = random.Random()

@@ -12,19 +12,20 @@ BENCH = Bench()
 GPU = roofline.gpu_peak("NVIDIA H100 80GB HBM3")
 
 
-def raw(pairs: list[tuple[np.ndarray, np.ndarray]], host=None) -> dict:
-    """The child's output for an incumbent and one candidate, one (incumbent, candidate) time pair per shape."""
-    return {"files": [{"path": "inc.py", "status": "ok"}, {"path": "cand.py", "status": "ok"}],
+def raw(pairs: list[tuple[np.ndarray, np.ndarray]], wall=None, device="cuda") -> dict:
+    """The rounds' figures for an incumbent and one candidate, one (incumbent, candidate) time pair per shape; `wall`:
+    the wall clock around the same calls (one pair for every shape)."""
+    return {"device": device, "files": [{"path": "inc.py", "status": "ok"}, {"path": "cand.py", "status": "ok"}],
             "cases": [{"shape": s, "dtype": "bfloat16", "reps": len(a), "times_ms": [list(a), list(b)],
-                       "host_ms": host or [[], []]} for s, (a, b) in zip(SHAPES, pairs)]}
+                       "wall_ms": wall or [[], []]} for s, (a, b) in zip(SHAPES, pairs)]}
 
 
 def noisy(rng, n, base_ms, noise):
     return base_ms * np.exp(rng.normal(0, noise, n))
 
 
-def verdict(pairs, bench=BENCH, peak=GPU, host=None):
-    return judge("rmsnorm", raw(pairs, host), [1] * len(pairs), bench, peak, ["incumbent", "candidate"])[1]
+def verdict(pairs, bench=BENCH, peak=GPU, wall=None, device="cuda"):
+    return judge("rmsnorm", raw(pairs, wall, device), [1] * len(pairs), bench, peak, ["incumbent", "candidate"])[1]
 
 
 def test_a_known_5_percent_win_is_detected():
@@ -85,8 +86,20 @@ def test_faster_than_the_roofline_is_implausible():
 def test_cuda_events_longer_than_the_host_clock_are_implausible():
     rng = np.random.default_rng(4)
     a, b = noisy(rng, 50, 0.02, 0.01), noisy(rng, 50, 0.019, 0.01)
-    r = verdict([(a, b)], host=[list(a * 1.5), list(b / 2)])
+    r = verdict([(a, b)], wall=[list(a * 1.5), list(b / 2)])
     assert r.reason == "bench.implausible" and "host clock" in r.detail
+
+
+def test_waiting_while_the_cpu_clock_stands_still_is_implausible_on_cpu():
+    # CPU verdicts use the process's CPU time. A file that hands its work to something outside the process and waits
+    # shows little CPU time but long calls: its wall time per CPU second far above the incumbent's.
+    rng = np.random.default_rng(7)
+    a, b = noisy(rng, 12, 2.0, 0.01), noisy(rng, 12, 1.0, 0.01)
+    load = np.exp(rng.normal(0.8, 0.3, 12))  # a loaded machine: both files' calls stretched alike, round by round
+    honest = verdict([(a, b)], peak=None, wall=[list(a * load), list(b * load)], device="cpu")
+    assert honest.accepted and abs(honest.speedup.est - 2.0) < 0.1, honest
+    waited = verdict([(a, b)], peak=None, wall=[list(a * load), list(b * load * 4)], device="cpu")
+    assert not waited.accepted and waited.reason == "bench.implausible" and "wall time per CPU second" in waited.detail
 
 
 def test_weights_follow_the_traced_time_share():
