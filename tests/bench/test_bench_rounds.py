@@ -1,5 +1,6 @@
 """The rounds' plumbing and the parent's judgement, with sandbox.run stubbed by a fake job (fast): one file per job,
 the incumbent's jobs get only the incumbent, A/B order alternates, and a job's word is never taken for its outputs."""
+import json
 import subprocess
 import sys
 import time
@@ -9,7 +10,7 @@ import pytest
 import torch
 
 from autokernel import sandbox
-from autokernel.bench import job, rounds
+from autokernel.bench import job, lockstep, rounds
 from autokernel.bench import measure as measure_mod
 from autokernel.bench.watch import Watch
 from autokernel.ops import get
@@ -195,3 +196,24 @@ def test_a_job_with_another_process_rejects_its_file(tmp_path, monkeypatch):
     c = m.files[1]
     assert c.reason == "bench.tampered" and "other processes" in c.detail, c
     assert real and time.monotonic() - t0 < 30
+
+
+def test_lockstep_jobs_never_run_at_the_same_moment():
+    # Two "jobs" that each burn 0.5 s of CPU and note the (system-wide monotonic) time every ~1 ms while they run.
+    # In lockstep their notes come in alternating blocks, one per turn; running freely on two cores they would
+    # interleave hundreds of times. A job that is stopped cannot do anything during the other's turn.
+    code = ("import json, time\nts = []\nlast = 0.0\nwhile time.process_time() < 0.5:\n"
+            "    t = time.monotonic()\n    if t - last > 0.001:\n        ts.append(t)\n        last = t\n"
+            "print(json.dumps(ts))")
+
+    def job():
+        return json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                                         check=True).stdout)
+
+    jobs = [lockstep.Job(job), lockstep.Job(job)]
+    lockstep.run_lockstep(jobs, slice_s=0.1)
+    assert all(j.error is None for j in jobs), [j.error for j in jobs]
+    notes = sorted([(t, 0) for t in jobs[0].result] + [(t, 1) for t in jobs[1].result])
+    switches = sum(a[1] != b[1] for a, b in zip(notes, notes[1:]))
+    assert 4 <= switches <= 40, switches  # ~0.5 s of CPU each in 0.1 s turns (plus start-up turns)
+    assert all(j.stopped_s > 0.2 and 0 < j.running_share < 1 for j in jobs), [(j.stopped_s, j.stats) for j in jobs]
