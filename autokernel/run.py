@@ -32,7 +32,7 @@ from autokernel.untrusted import line, markup, plain
 @dataclass
 class OpOutcome:
     op: str
-    status: str  # committed | accepted | declined | no_improvement | delivery_failed
+    status: str  # committed | accepted | declined | no_improvement | delivery_failed | model_error
     detail: str
     speedup: float | None = None
     speedup_ci: list[float] | None = None
@@ -41,6 +41,7 @@ class OpOutcome:
     candidate: str | None = None
     pr_body: str | None = None
     delivery: str | None = None  # the directory holding what the commit carries (written before committing)
+    error: str | None = None  # the session ended because the model could not be used (Result.error): exit 2
 
 
 @dataclass
@@ -109,17 +110,33 @@ def _confirm(console: Console, question: str) -> bool:
 
 
 def work_on(op: str, state: RunState, ctx: Context) -> OpOutcome:
-    """One op: an agent session through the gate and bench, a confirming benchmark, a commit if it wins."""
+    """One op: an agent session through the gate and bench, a confirming benchmark, a commit if it wins.
+
+    A session the model could not finish (Result.error: the server kept failing) is an environment failure: the
+    outcome carries the error (the commands exit 2), after committing any win the session already had."""
+    from autokernel.agent import command
+
+    incumbent = command.check_op(op, ctx.policy, ctx.layout)
+    op_dir = state.run_dir / op
+    evaluator = Shown(ctx.make_evaluator(op_dir, ctx.policy, state.trace, ctx.layout), ctx.console)
+    result, session = command.start(op, ctx.settings, ctx.llm, evaluator, op_dir, trace=state.trace,
+                                    kernel_file=incumbent, echo=lambda s: ctx.console.print(markup(s)))
+    if result.error and result.best is None:
+        return OpOutcome(op, "model_error", f"the model could not be used: {line(result.error, 300)}; "
+                         f"{result.submitted} candidate(s) before it failed", error=line(result.error, 300))
+    out = _deliver_best(op, result, session, evaluator, incumbent, op_dir, state, ctx)
+    out.error = line(result.error, 300) if result.error else None
+    return out
+
+
+def _deliver_best(op: str, result, session, evaluator, incumbent: Path, op_dir: Path, state: RunState,
+                  ctx: Context) -> OpOutcome:
+    """The session's best candidate: confirmed by a fresh benchmark, staged, shown, committed."""
     from autokernel.agent import command
     from autokernel.agent.evaluate import gate_record, sha256
     from autokernel.git import report
 
     pol, console = ctx.policy, ctx.console
-    incumbent = command.check_op(op, pol, ctx.layout)
-    op_dir = state.run_dir / op
-    evaluator = Shown(ctx.make_evaluator(op_dir, pol, state.trace, ctx.layout), console)
-    result, session = command.start(op, ctx.settings, ctx.llm, evaluator, op_dir, trace=state.trace,
-                                    kernel_file=incumbent, echo=lambda s: console.print(markup(s)))
     u = result.usage
     provenance = {"agent": ctx.settings.provider, "model": ctx.llm.name, "candidates": result.submitted,
                   "tokens": u["input_tokens"] + u["output_tokens"], "usd": f"{u['usd']:.4f}"}
@@ -267,6 +284,8 @@ def pipeline(ctx: Context, *, op: Optional[str], resume: Optional[Path], trace: 
     outcomes = []
     for name in state.ops:
         done = state.done.get(name)
+        if done and done["status"] == "model_error":  # the model failed, the op was never tried: try it again
+            done = None
         if done and done["status"] == "delivery_failed":
             o = deliver(OpOutcome(**{k: v for k, v in done.items() if k in OpOutcome.__dataclass_fields__}),
                         state, layout, done["branch"])
@@ -309,6 +328,8 @@ def run_cmd(
     ctx = context(agent=agent, model=model, base_url=base_url, repo=repo, policy_file=policy_file, console=console,
                   yes=yes, interactive=True)
     _, outcomes = pipeline(ctx, op=op, resume=resume, trace=trace)
+    if model_errors(console, outcomes):
+        raise typer.Exit(2)
     if not any(o.status in ("committed", "accepted", "declined") for o in outcomes):
         console.print("no improvement: every kernel stays as it is")
         raise typer.Exit(1)
@@ -327,7 +348,8 @@ def nightly_cmd(
     github_api: str = typer.Option("https://api.github.com", help="GitHub REST API base URL."),
     policy_file: Optional[Path] = typer.Option(None, "--policy", help="policies.yaml (default: the checkout's)."),
 ):
-    """The CI bot: the same pipeline, non-interactive, under the policy's budgets. Exit 0 with or without a win."""
+    """The CI bot: the same pipeline, non-interactive, under the policy's budgets. Exit 0 with or without a win; 2 if
+    any session ended on a model error (the win of another op is still committed and reported)."""
     import os
 
     from autokernel import git as delivery
@@ -356,6 +378,19 @@ def nightly_cmd(
         "run_dir": str(state.run_dir), "trace": state.trace, "device": device.fingerprint(),
         "outcomes": [o.__dict__ for o in outcomes], "pull_requests": prs}, indent=1, default=str))
     console.print(f"nightly: {len(committed)} commit(s); wrote {out / 'summary.json'} and {out / 'pr.md'}")
+    if model_errors(console, outcomes):
+        raise typer.Exit(2)
+
+
+def model_errors(console: Console, outcomes: list[OpOutcome]) -> bool:
+    """One loud line per op whose session ended on a model error (escaped: a server's reply is quoted in it).
+    True if there was any: the run did not do what was asked, and says so with exit 2, never as no improvement."""
+    failed = [o for o in outcomes if o.error]
+    for o in failed:
+        console.print(f"[bold red]error: {o.op}: the agent's model failed: {markup(line(o.error), 300)}[/]"
+                      + (" (its win was kept)" if o.status in ("committed", "accepted", "declined") else ""),
+                      soft_wrap=True)
+    return bool(failed)
 
 
 def register(app: typer.Typer) -> None:
