@@ -84,10 +84,11 @@ class Shown:
     def __init__(self, inner, console: Console):
         self.inner, self.console, self.n = inner, console, 0
 
-    def evaluate(self, op: str, source: str):
+    def evaluate(self, op: str, source: str, time_left_s: float | None = None):
+        from autokernel.agent.loop import with_time_left
         self.n += 1
         with self.console.status(f"[cyan]{op}[/]: candidate {self.n}: sandbox → gate → bench …"):
-            fb = self.inner.evaluate(op, source)
+            fb = with_time_left(self.inner.evaluate)(op, source, time_left_s=time_left_s)
         colour = "green" if fb.accepted else "red" if fb.verdict != "accepted" else "yellow"
         self.console.print(f"  [cyan]{op}[/] candidate {fb.sha256[:8]}: [{colour}]{markup(fb.summary, 400)}[/]")
         return fb

@@ -4,11 +4,17 @@ The Evaluator is a Protocol so the loop can be tested with a stub; the real one 
 sandbox/<run>/<sha8>/<op>.py, runs autokernel.gate.verify and then the benchmark (both run candidate code only in
 the sandbox), and answers with Feedback: the same facts a person reviewing the candidate would read. A source
 already evaluated (same sha256) is answered from memory, never evaluated again.
+
+Given `time_left_s` (the session's deadline, autokernel/agent/loop.py), an evaluation never plans past it: the gate's
+sandbox jobs run under sandbox.timeout_s capped at the time left, the bench's max_time_s likewise, a bench that cannot
+fit is not started, and a deadline that passes (or a sandbox.timeout under the capped limit: our clock, not the
+candidate's fault) raises the built-in TimeoutError, which ends the session as spent budget, never as a rejection.
 """
 from __future__ import annotations
 
 import hashlib
 import json
+import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
@@ -69,15 +75,16 @@ class Feedback:
 
 
 class Evaluator(Protocol):
-    def evaluate(self, op: str, source: str) -> Feedback:
-        """Judge one complete candidate file for kernels/<op>.py."""
+    def evaluate(self, op: str, source: str, time_left_s: float | None = None) -> Feedback:
+        """Judge one complete candidate file for kernels/<op>.py; raise TimeoutError if it cannot be judged in
+        `time_left_s` seconds (None: no deadline)."""
         ...
 
 
 class Confirmer(Protocol):
     """An Evaluator that can also re-measure an accepted source: what `autokernel run` needs before committing."""
 
-    def evaluate(self, op: str, source: str) -> Feedback: ...
+    def evaluate(self, op: str, source: str, time_left_s: float | None = None) -> Feedback: ...
 
     def confirm(self, op: str, source: str) -> Any:
         """A fresh autokernel.bench.measure.Measurement of `source` against the incumbent."""
@@ -115,11 +122,13 @@ class SandboxEvaluator:
     """
 
     def __init__(self, run_dir: str | Path, policy: Policy | None = None, trace: str | Path | None = None,
-                 seed: int | None = None, verify_kwargs: dict | None = None, layout: Layout | None = None):
+                 seed: int | None = None, verify_kwargs: dict | None = None, layout: Layout | None = None,
+                 clock=time.monotonic):
         self.run_dir, self.policy, self.trace = Path(run_dir), policy or Policy(), trace
         self.seed, self.verify_kwargs = seed, verify_kwargs or {}
         self.layout = layout or paths.target()
         self.seen: dict[str, Feedback] = {}
+        self.clock = clock
 
     def cases(self, op: str) -> list[dict]:
         """[{shape, calls, dtype}] as the benchmark takes them."""
@@ -129,25 +138,45 @@ class SandboxEvaluator:
         from autokernel.bench.trace import shapes_from_trace
         return [{**c, "dtype": c["dtype"] or default} for c in shapes_from_trace(Path(self.trace), op)]
 
-    def evaluate(self, op: str, source: str) -> Feedback:
+    def evaluate(self, op: str, source: str, time_left_s: float | None = None) -> Feedback:
         digest = sha256(source)
         if digest in self.seen:
             return replace(self.seen[digest], duplicate=True)
+        deadline = None if time_left_s is None else self.clock() + time_left_s
+        policy = capped(self.policy, self._left(deadline, f"{digest[:8]}: no time left for the gate"))
         job = self.run_dir / digest[:8]
         job.mkdir(parents=True, exist_ok=True)
         path = job / f"{op}.py"
         path.write_text(source)
         from autokernel import gate
         shapes = [c["shape"] for c in self.cases(op)] if self.trace is not None else None
-        verdict = gate.verify(op, path, shapes=shapes, seed=self.seed, policy=self.policy, run_dir=job,
+        verdict = gate.verify(op, path, shapes=shapes, seed=self.seed, policy=policy, run_dir=job,
                               kernels_dir=self.layout.kernels, **self.verify_kwargs)
         feedback = from_verdict(verdict)
         feedback.sha256, feedback.path = digest, str(path)
+        if policy.sandbox.timeout_s < self.policy.sandbox.timeout_s and any(
+                r["code"] == "sandbox.timeout" for r in feedback.reasons):
+            raise TimeoutError(f"{digest[:8]}: a gate job hit the deadline-capped limit of "
+                               f"{policy.sandbox.timeout_s:.3g} s (the session's clock, not the candidate's fault)")
         if verdict.accepted:
-            measure(feedback, op, path, job, self.cases(op), self.policy, self.layout.kernel_file(op))
+            left = self._left(deadline, f"{digest[:8]} passed the gate with no time left for its benchmark")
+            need = bench_floor_s(self.policy)
+            if left is not None and left < need:
+                raise TimeoutError(f"{digest[:8]} passed the gate; its benchmark needs at least ~{need:.3g} s "
+                                   f"({self.policy.bench.rounds} rounds) and {left:.3g} s are left")
+            measure(feedback, op, path, job, self.cases(op), capped(self.policy, left), self.layout.kernel_file(op))
         (job / "feedback.json").write_text(json.dumps(feedback.to_dict(), indent=1, default=str) + "\n")
         self.seen[digest] = feedback
         return feedback
+
+    def _left(self, deadline: float | None, why: str) -> float | None:
+        """Seconds to the deadline (None: none); TimeoutError(why) if it has passed."""
+        if deadline is None:
+            return None
+        left = deadline - self.clock()
+        if left <= 0:
+            raise TimeoutError(why)
+        return left
 
     def confirm(self, op: str, source: str):
         """A fresh benchmark of an accepted source against the incumbent (the session's best of several noisy
@@ -162,6 +191,21 @@ class SandboxEvaluator:
             return bench(op, [path], self.cases(op), self.policy, job, incumbent=self.layout.kernel_file(op))
         except IncumbentFailed as e:
             raise UserError(str(e)) from None
+
+
+def capped(policy: Policy, left_s: float | None) -> Policy:
+    """The policy with every sandbox job's wall clock and the bench's time cap at most `left_s` (None: as is)."""
+    if left_s is None:
+        return policy
+    sb, bench = policy.sandbox, policy.bench
+    return policy.model_copy(update={"sandbox": sb.model_copy(update={"timeout_s": min(sb.timeout_s, left_s)}),
+                                     "bench": bench.model_copy(update={"max_time_s": min(bench.max_time_s, left_s)})})
+
+
+def bench_floor_s(policy: Policy) -> float:
+    """The least a benchmark can take (its first `rounds` rounds always run; incumbent + candidate, each timed for
+    bench.job_time_s): a lower bound, used only to not start one that cannot end before the deadline."""
+    return policy.bench.rounds * 2 * policy.bench.job_time_s
 
 
 def _pct(shapes: list) -> float | None:

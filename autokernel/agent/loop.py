@@ -58,7 +58,7 @@ class Result:
     error: str | None = None  # one line when the model could not be used (status model_error): not a clean negative
 
 
-def _with_time_left(fn):
+def with_time_left(fn):
     """fn(*args, time_left_s=...) where fn takes it; models and evaluators written before the deadline still work."""
     try:
         params = inspect.signature(fn).parameters.values()
@@ -73,7 +73,7 @@ class Session:
     def __init__(self, op: str, model: Model, evaluator: Evaluator, prompt: Prompt, policy: AgentPolicy,
                  run_dir: str | Path, clock=time.monotonic):
         self.op, self.model, self.evaluator, self.prompt, self.policy = op, model, evaluator, prompt, policy
-        self.query, self.evaluate = _with_time_left(model.query), _with_time_left(evaluator.evaluate)
+        self.query, self.evaluate = with_time_left(model.query), with_time_left(evaluator.evaluate)
         self.transcript = Path(run_dir) / "transcript.json"
         self.tools, self.replies = tools_file()["tools"], tools_file()["replies"]
         self.messages: list[dict] = []

@@ -152,3 +152,93 @@ def test_feedback_from_a_real_verdict_is_json(tmp_path):
     assert list(text)[0] == "summary" and "stages" not in text and text["reasons"][0]["code"] == "runtime.torch_compute"
     assert fb.brief() == {"sha256": fb.sha256, "verdict": "rejected", "reason": "runtime.torch_compute",
                           "accepted": False, "speedup": None, "pct_of_peak": None}
+
+
+class Clock:
+    """A fake monotonic clock the stubbed stages advance by what they 'take'."""
+
+    def __init__(self):
+        self.t = 1000.0
+
+    def __call__(self):
+        return self.t
+
+
+@pytest.fixture
+def timed(monkeypatch):
+    """gate.verify and the bench stubbed; each records the policy it got and advances the clock by its cost."""
+    clock, seen = Clock(), {"verify": [], "bench": [], "gate_s": 5.0, "verdict": None}
+
+    def fake_verify(op, path, *, policy=None, **kw):
+        seen["verify"].append(policy)
+        clock.t += seen["gate_s"]
+        return seen["verdict"] or verdict(op, path, True)
+
+    def fake_measure(op, candidates, cases, policy, job_root, incumbent=None):
+        seen["bench"].append(policy)
+        return measurement()
+
+    monkeypatch.setattr(gate, "verify", fake_verify)
+    monkeypatch.setattr(bench_measure, "measure", fake_measure)
+    return clock, seen
+
+
+def test_time_left_caps_the_gate_and_the_bench(tmp_path, timed):
+    clock, seen = timed
+    fb = SandboxEvaluator(tmp_path, clock=clock).evaluate("rmsnorm", GOOD, time_left_s=40.0)
+    assert fb.accepted
+    (gp,), (bp,) = seen["verify"], seen["bench"]
+    assert gp.sandbox.timeout_s == 40.0  # policy default 300: capped at the time left
+    assert bp.sandbox.timeout_s == 35.0 and bp.bench.max_time_s == 30.0  # 5 s went to the gate; 30 s is the cap
+    fb2 = SandboxEvaluator(tmp_path / "b", clock=clock).evaluate("rmsnorm", GOOD + "\n", time_left_s=25.0)
+    assert fb2.accepted and seen["bench"][-1].bench.max_time_s == 20.0
+    SandboxEvaluator(tmp_path / "c", clock=clock).evaluate("rmsnorm", GOOD + "\n\n")  # no deadline: policy as is
+    assert seen["verify"][-1].sandbox.timeout_s == 300.0 and seen["bench"][-1].bench.max_time_s == 30.0
+
+
+def test_a_bench_that_cannot_fit_is_not_started(tmp_path, timed):
+    clock, seen = timed
+    seen["gate_s"] = 10.0  # 15 - 10 = 5 s left, under the 6 rounds x 2 files x 1 s a bench needs at least
+    with pytest.raises(TimeoutError, match="benchmark needs at least"):
+        SandboxEvaluator(tmp_path, clock=clock).evaluate("rmsnorm", GOOD, time_left_s=15.0)
+    assert len(seen["verify"]) == 1 and seen["bench"] == []
+
+
+def test_no_time_left_runs_nothing(tmp_path, timed):
+    clock, seen = timed
+    with pytest.raises(TimeoutError):
+        SandboxEvaluator(tmp_path, clock=clock).evaluate("rmsnorm", GOOD, time_left_s=0.0)
+    seen["gate_s"] = 50.0  # the gate itself overran the deadline: no bench, a timeout
+    with pytest.raises(TimeoutError, match="no time left for its benchmark"):
+        SandboxEvaluator(tmp_path, clock=clock).evaluate("rmsnorm", GOOD, time_left_s=20.0)
+    assert len(seen["verify"]) == 1 and seen["bench"] == []
+
+
+def test_a_timeout_under_the_capped_limit_is_the_clock_not_a_rejection(tmp_path, timed):
+    clock, seen = timed
+    path = tmp_path / "x.py"
+    path.write_text(GOOD)
+    seen["verdict"] = Verdict("rmsnorm", str(path), sha256(GOOD), "rejected",
+                              [StageResult.ok("static", "parsed"),
+                               StageResult.fail("numeric", "sandbox.timeout", "killed after 20 s")], seed=1,
+                              device={"kind": "cpu-interpreter"}, elapsed_s=20.0)
+    with pytest.raises(TimeoutError, match="deadline-capped"):
+        SandboxEvaluator(tmp_path, clock=clock).evaluate("rmsnorm", GOOD, time_left_s=20.0)
+    fb = SandboxEvaluator(tmp_path / "b", clock=clock).evaluate("rmsnorm", GOOD)  # uncapped: the candidate's own
+    assert fb.verdict == "rejected" and fb.reasons[0]["code"] == "sandbox.timeout"
+
+
+def test_the_loop_ends_as_spent_budget_when_the_evaluator_times_out(tmp_path, timed):
+    from agent_helpers import ScriptedModel, turn
+    from autokernel.agent.loop import Session
+    from autokernel.agent.prompt import build
+    from autokernel.policy import Agent
+    clock, seen = timed
+    seen["gate_s"] = 100.0
+    policy = Agent(max_wall_s=50.0)
+    model = ScriptedModel([turn("", ("submit_candidate", {"source": GOOD}))])
+    s = Session("rmsnorm", model, SandboxEvaluator(tmp_path, clock=clock), build("rmsnorm", policy), policy,
+                tmp_path / "run", clock=clock)
+    r = s.run()
+    assert r.status == "limit" and "during an evaluation" in r.detail and r.submitted == 0
+    assert seen["verify"][0].sandbox.timeout_s == 50.0 and seen["bench"] == []
