@@ -246,7 +246,7 @@ def context(*, agent, model, base_url, repo, policy_file, console, yes=False, in
         preflight(settings.provider, settings.model, settings.base_url)
     if make_evaluator is None:
         sandbox.preflight(pol.sandbox, untrusted_author=nightly or settings.provider != "search")
-    return Context(layout, pol, settings, llm or make_model(settings, seed=0), make_evaluator or sandbox_evaluator,
+    return Context(layout, pol, settings, llm or make_model(settings, seed=0, bench=pol.bench), make_evaluator or sandbox_evaluator,
                    console, yes, interactive)
 
 

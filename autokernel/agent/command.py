@@ -2,7 +2,7 @@
 share, so the session a commit comes from is the session the tests drive.
 
     settings(policy, agent, model, base_url) -> the policy's agent section with the command line on top
-    make_model(settings) -> the Model; building it checks the provider, the API key and --base-url (exit 2), so
+    make_model(settings, bench=policy.bench) -> the Model; building it checks the provider, the API key and --base-url (exit 2), so
                             callers build it before any slow step (profiling)
     start(op, ...) -> (Result, Session): the session itself, with the model and evaluator injected
     run_session(...) -> Result, with a printed summary; agent_command(...) -> exit code 0 (a win) or 1 (none)
@@ -38,9 +38,14 @@ def check_op(op: str, policy: policy_mod.Policy, layout: paths.Layout | None = N
     return (layout or paths.target()).kernel_file(op)
 
 
-def make_model(agent: policy_mod.Agent, seed: int = 0) -> Model:
+def make_model(agent: policy_mod.Agent, seed: int = 0, *, bench: policy_mod.Bench | None = None,
+               interpreter: bool | None = None) -> Model:
+    """The provider's Model. The offline search steps only on a win that clears `bench` (the policy's bench
+    section: its min_speedup is the bar a commit must clear too); `interpreter` None means this machine's device
+    decides (under the Triton interpreter num_warps / num_stages do nothing and are not searched)."""
     if agent.provider == "search":
-        return SearchModel(seed)
+        return SearchModel(seed, interpreter=interpreter,
+                           min_speedup=(bench or policy_mod.Bench()).min_speedup)
     return make(agent.provider, agent.model, agent.base_url, max_output_tokens=agent.max_output_tokens,
                 prices=dict(agent.prices))
 
@@ -101,7 +106,7 @@ def run_session(op: str, agent: str | None = None, model: str | None = None, bas
     settings = agent_settings(policy, agent, model, base_url)
     run_dir = Path(run_dir) if run_dir else (
         layout.sandbox / f"agent-{time.strftime('%Y%m%d-%H%M%S')}-{op}-{settings.provider}-{secrets.token_hex(2)}")
-    the_model = llm or make_model(settings, seed)
+    the_model = llm or make_model(settings, seed, bench=policy.bench)
     evaluator = evaluator or SandboxEvaluator(run_dir, policy, trace=trace, layout=layout)
     result, _ = start(op, settings, the_model, evaluator, run_dir, trace=trace, kernel_file=kernel_file, echo=echo)
     echo(summary(result))

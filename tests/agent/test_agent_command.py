@@ -121,3 +121,29 @@ def test_trace_gives_the_shapes(tmp_path):
 def test_module_entry_point_exits_2_on_bad_input(capsys):
     assert main(["lm_head", "--agent", "search"]) == 2
     assert "autokernel: error: op 'lm_head' may not be rewritten" in capsys.readouterr().err
+
+
+def test_the_search_steps_on_the_policys_bench_bar(tmp_path, monkeypatch):
+    """make_model gives the offline search the policy's bench.min_speedup (its step bar is the commit's bar) from
+    both entry points: agent.command.run_session and run.context."""
+    from autokernel import run
+    from autokernel.agent import command
+    from autokernel.policy import Bench
+    m = command.make_model(Policy().agent, bench=Bench(min_speedup=1.37), interpreter=True)
+    assert m.min_speedup == 1.37 and m.interpreter is True
+    assert command.make_model(Policy().agent).min_speedup == Bench().min_speedup
+    built = []
+    real = command.make_model
+    monkeypatch.setattr(command, "make_model", lambda *a, **kw: built.append(kw) or real(*a, **kw))
+    (tmp_path / "policies.yaml").write_text("bench: {min_speedup: 1.5}\n")
+    run_session("silu_mul", "search", run_dir=tmp_path / "r", policy=Policy.model_validate(
+        {"bench": {"min_speedup": 1.25}}), evaluator=StubEvaluator(), echo=lambda s: None)
+    assert built[-1]["bench"].min_speedup == 1.25
+    import git
+    from rich.console import Console
+    git.Repo.init(tmp_path)
+    (tmp_path / "kernels").mkdir()
+    (tmp_path / "kernels" / "rmsnorm.py").write_text(SLOW_RMSNORM.read_text())
+    ctx = run.context(agent="search", model=None, base_url=None, repo=tmp_path, policy_file=None,
+                      console=Console(), make_evaluator=lambda *a: None)
+    assert ctx.llm.min_speedup == 1.5
