@@ -298,7 +298,7 @@ def run(spec: OpSpec, candidate: Path, job_dir: Path, limits, seed: int, planned
         if chunk:
             runner.chunk(chunk, est)
     except _Stop as stop:
-        return stop.runtime, stop.numeric
+        return _split_time(runner, t0, stop.runtime, stop.numeric)
     if not runner.cases:
         return runner.runtime_ok(), StageResult.fail("numeric", "numeric.no_cases", "the op's input generator "
                                                      f"refused every shape: {skipped}")
@@ -312,7 +312,16 @@ def run(spec: OpSpec, candidate: Path, job_dir: Path, limits, seed: int, planned
                              worst_error_ratio=runner.rounded_worst(), skipped=skipped,
                              call_s={k: round(v, 5) for k, v in runner.call_s.items()},
                              elapsed_s=round(time.perf_counter() - t0, 3))
-    return runner.runtime_ok(), numeric
+    return _split_time(runner, t0, runner.runtime_ok(), numeric)
+
+
+def _split_time(runner: _Runner, t0: float, runtime: StageResult, numeric: StageResult | None):
+    """The two stages share one run: runtime's time is the sandbox's (the candidate's calls and each job's start),
+    numeric's the parent's (making inputs, references and judging every output)."""
+    runtime.elapsed_s = round(runner.sandbox_s, 3)
+    if numeric is not None:
+        numeric.elapsed_s = round(max(time.perf_counter() - t0 - runner.sandbox_s, 0.0), 3)
+    return runtime, numeric
 
 
 def json_shape(shape: dict) -> str:

@@ -73,7 +73,7 @@ def verify(op: str, candidate_path: str | Path, *, shapes: list[dict] | None = N
         s = time.perf_counter()
         out = fn(*args)
         for r in out if isinstance(out, tuple) else (out,):
-            if r is not None:
+            if r is not None and not r.elapsed_s:  # a stage that splits its own time (runtime/numeric) keeps it
                 r.elapsed_s = round(time.perf_counter() - s, 3)
         return out
 
