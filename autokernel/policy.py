@@ -96,6 +96,12 @@ class Agent(_Section):
     """How many ranked ops `autokernel run` works on when no --op is given."""
     max_output_tokens: int = Field(8192, ge=256)
     """Largest reply per model call, tokens: a full kernel file plus a short rationale fits in a few thousand."""
+    max_checks: int = Field(12, ge=0)
+    """check_candidate calls per op session: a quick look at a draft (static findings, a few small numeric cases in
+    the sandbox) that uses no submission. Counted apart from max_iterations; 0 turns the tool off."""
+    max_check_s: float = Field(120.0, ge=0)
+    """Wall-clock seconds all check_candidate calls of a session may take together (each is also cut at the
+    session's own deadline, agent.max_wall_s): checks must not eat the time submissions need."""
     prices: dict[str, tuple[float, float]] = {}
     """USD per million [input, output] tokens by model name (prefix match), over the built-in table in
     autokernel/agent/prices.yaml; a model in neither is budgeted at a deliberately high rate."""

@@ -93,6 +93,9 @@ class Shown:
         self.console.print(f"  [cyan]{op}[/] candidate {fb.sha256[:8]}: [{colour}]{markup(fb.summary, 400)}[/]")
         return fb
 
+    def __getattr__(self, name: str):  # the inner evaluator's other abilities (check_candidate's .check) pass through
+        return getattr(self.inner, name)
+
     def confirm(self, op: str, source: str):
         with self.console.status(f"[cyan]{op}[/]: confirming the win with a fresh benchmark …"):
             return self.inner.confirm(op, source)

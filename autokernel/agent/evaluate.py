@@ -169,6 +169,18 @@ class SandboxEvaluator:
         self.seen[digest] = feedback
         return feedback
 
+    def check(self, op: str, source: str, time_left_s: float | None = None) -> dict:
+        """check_candidate's sandboxed part (autokernel/agent/check.py): static + a narrowed numeric check on the
+        cheapest traced shape, its sandbox jobs capped at `time_left_s`; never benchmarked, never remembered as a
+        submission."""
+        from autokernel.agent.check import quick_check
+        if time_left_s is not None and time_left_s <= 0:
+            raise TimeoutError("no time left for a check")
+        self.checks = getattr(self, "checks", 0) + 1
+        job = self.run_dir / "checks" / f"{self.checks:03d}-{sha256(source)[:8]}"
+        shapes = [c["shape"] for c in self.cases(op)]
+        return quick_check(op, source, job, capped(self.policy, time_left_s), self.layout.kernels, shapes)
+
     def _left(self, deadline: float | None, why: str) -> float | None:
         """Seconds to the deadline (None: none); TimeoutError(why) if it has passed."""
         if deadline is None:

@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from autokernel.agent.check import CheckTool
 from autokernel.agent.evaluate import Evaluator, Feedback
 from autokernel.agent.prompt import Prompt, feedback_text, tools_file
 from autokernel.agent.providers import Model, ModelError
@@ -82,6 +83,7 @@ class Session:
         self.finished: str | None = None
         self.status, self.detail, self.error, self.clock = "running", "", None, clock
         self.t0 = clock()
+        self.check = CheckTool(evaluator, policy, self.replies, self.time_left_s, clock)  # check_candidate
 
     def run(self) -> Result:
         self.t0 = self.clock()
@@ -149,6 +151,11 @@ class Session:
         if name == "finish":
             self.finished = str(args.get("summary") or "the model called finish")
             return self.replies["finished"]
+        if name == "check_candidate":  # free: budgeted apart from submissions (agent.max_checks, max_check_s)
+            try:
+                return self.check(self.op, args)
+            except TimeoutError as e:
+                raise self.out_of_time(f"during a check: {e}") from None
         if name != "submit_candidate":
             return self.replies["unknown_tool"].format(name=name)
         source = args.get("source")

@@ -49,7 +49,7 @@ def test_templates_are_strict():
 
 def test_tools_file_declares_the_four_tools():
     tools = prompt.tools_file()["tools"]
-    assert [t["name"] for t in tools] == ["read_kernel", "read_spec", "submit_candidate", "finish"]
+    assert [t["name"] for t in tools] == ["read_kernel", "read_spec", "check_candidate", "submit_candidate", "finish"]
     assert all(t["description"] and t["parameters"]["type"] == "object" for t in tools)
 
 
