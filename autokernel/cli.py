@@ -79,7 +79,8 @@ def _register_optional() -> None:
     """Stages that live in their own packages register their commands here."""
     import importlib
     for module in ("autokernel.gate.command", "autokernel.bench.command", "autokernel.profile.command",
-                   "autokernel.agent.command", "autokernel.policy_command", "autokernel.run"):
+                   "autokernel.agent.command", "autokernel.policy_command", "autokernel.run",
+                   "autokernel.agent.ledger"):
         try:
             mod = importlib.import_module(module)
         except ModuleNotFoundError as e:

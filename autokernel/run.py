@@ -119,12 +119,14 @@ def work_on(op: str, state: RunState, ctx: Context) -> OpOutcome:
     A session the model could not finish (Result.error: the server kept failing) is an environment failure: the
     outcome carries the error (the commands exit 2), after committing any win the session already had."""
     from autokernel.agent import command
+    from autokernel.agent.ledger import Ledger
 
     incumbent = command.check_op(op, ctx.policy, ctx.layout)
     op_dir = state.run_dir / op
     evaluator = Shown(ctx.make_evaluator(op_dir, ctx.policy, state.trace, ctx.layout), ctx.console)
     result, session = command.start(op, ctx.settings, ctx.llm, evaluator, op_dir, trace=state.trace,
-                                    kernel_file=incumbent, echo=lambda s: ctx.console.print(markup(s)))
+                                    kernel_file=incumbent, echo=lambda s: ctx.console.print(markup(s)),
+                                    ledger=Ledger.of(ctx.layout))
     if result.error and result.best is None:
         return OpOutcome(op, "model_error", f"the model could not be used: {line(result.error, 300)}; "
                          f"{result.submitted} candidate(s) before it failed", error=line(result.error, 300))

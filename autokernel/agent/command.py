@@ -20,6 +20,7 @@ from autokernel import paths
 from autokernel import policy as policy_mod
 from autokernel.agent import prompt as prompt_mod
 from autokernel.agent.evaluate import Evaluator, SandboxEvaluator
+from autokernel.agent.ledger import Ledger
 from autokernel.agent.loop import Result, Session
 from autokernel.agent.providers import Model, make
 from autokernel.agent.search import SearchModel
@@ -62,7 +63,8 @@ def agent_settings(policy: policy_mod.Policy, agent: str | None, model: str | No
 
 
 def start(op: str, settings: policy_mod.Agent, llm: Model, evaluator: Evaluator, run_dir: Path, *,
-          trace: str | Path | None = None, kernel_file: Path | None = None, echo=print) -> tuple[Result, Session]:
+          trace: str | Path | None = None, kernel_file: Path | None = None, echo=print,
+          ledger: Ledger | None = None) -> tuple[Result, Session]:
     """Run one session; the Session comes back too (its messages hold the model's own account of its work)."""
     trace_data = None
     if trace is not None:
@@ -71,7 +73,7 @@ def start(op: str, settings: policy_mod.Agent, llm: Model, evaluator: Evaluator,
     prompt = prompt_mod.build(op, settings, trace_data, kernel_file=kernel_file)
     echo(f"agent: {llm.name} on {op}; budget {settings.max_iterations} candidates, {settings.max_tokens} "
          f"tokens, ${settings.max_usd:g}, {settings.max_wall_s:g} s; transcript {run_dir / 'transcript.json'}")
-    session = Session(op, llm, evaluator, prompt, settings, run_dir)
+    session = Session(op, llm, evaluator, prompt, settings, run_dir, ledger=ledger)
     return session.run(), session
 
 
@@ -92,12 +94,15 @@ def rationale(session: Session, source: str) -> str:
 def run_session(op: str, agent: str | None = None, model: str | None = None, base_url: str | None = None,
                 trace: str | Path | None = None, run_dir: str | Path | None = None, *,
                 policy: policy_mod.Policy | None = None, seed: int = 0, evaluator: Evaluator | None = None,
-                llm: Model | None = None, echo=print, repo: str | Path | None = None) -> Result:
+                llm: Model | None = None, echo=print, repo: str | Path | None = None,
+                ledger: Ledger | None = None) -> Result:
     """One session on `op` with its summary printed; the Result carries the best accepted candidate.
 
     `agent` (search | anthropic | openai), `model` and `base_url` override policies.yaml's agent section; `policy`
     defaults to the target checkout's policies.yaml (autokernel.paths; `repo` names it) when present. `evaluator`
-    and `llm` replace the sandboxed gate + bench and the provider (tests)."""
+    and `llm` replace the sandboxed gate + bench and the provider (tests). `ledger` (agent/ledger.py) defaults to
+    the target's sandbox/ledger.jsonl when the real evaluator judges, else none (an injected evaluator's verdicts
+    are not the gate's)."""
     layout = paths.target(repo)
     if policy is None:
         found = layout.root / "policies.yaml"
@@ -107,8 +112,10 @@ def run_session(op: str, agent: str | None = None, model: str | None = None, bas
     run_dir = Path(run_dir) if run_dir else (
         layout.sandbox / f"agent-{time.strftime('%Y%m%d-%H%M%S')}-{op}-{settings.provider}-{secrets.token_hex(2)}")
     the_model = llm or make_model(settings, seed, bench=policy.bench)
-    evaluator = evaluator or SandboxEvaluator(run_dir, policy, trace=trace, layout=layout)
-    result, _ = start(op, settings, the_model, evaluator, run_dir, trace=trace, kernel_file=kernel_file, echo=echo)
+    if evaluator is None:
+        evaluator, ledger = SandboxEvaluator(run_dir, policy, trace=trace, layout=layout), ledger or Ledger.of(layout)
+    result, _ = start(op, settings, the_model, evaluator, run_dir, trace=trace, kernel_file=kernel_file, echo=echo,
+                      ledger=ledger)
     echo(summary(result))
     return result
 

@@ -18,7 +18,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from autokernel.agent.check import CheckTool
-from autokernel.agent.evaluate import Evaluator, Feedback
+from autokernel.agent.evaluate import Evaluator, Feedback, sha256
+from autokernel.agent.ledger import Ledger, answer
 from autokernel.agent.prompt import Prompt, feedback_text, tools_file
 from autokernel.agent.providers import Model, ModelError
 from autokernel.policy import Agent as AgentPolicy
@@ -72,8 +73,9 @@ def with_time_left(fn):
 
 class Session:
     def __init__(self, op: str, model: Model, evaluator: Evaluator, prompt: Prompt, policy: AgentPolicy,
-                 run_dir: str | Path, clock=time.monotonic):
+                 run_dir: str | Path, clock=time.monotonic, ledger: Ledger | None = None):
         self.op, self.model, self.evaluator, self.prompt, self.policy = op, model, evaluator, prompt, policy
+        self.ledger = ledger  # earlier runs' judgements (agent/ledger.py): shown first, never re-evaluated
         self.query, self.evaluate = with_time_left(model.query), with_time_left(evaluator.evaluate)
         self.transcript = Path(run_dir) / "transcript.json"
         self.tools, self.replies = tools_file()["tools"], tools_file()["replies"]
@@ -87,8 +89,9 @@ class Session:
 
     def run(self) -> Result:
         self.t0 = self.clock()
+        earlier = self.ledger.brief(self.op) if self.ledger else ""
         self.messages = [{"role": "system", "content": self.prompt.system},
-                         {"role": "user", "content": self.prompt.task}]
+                         {"role": "user", "content": self.prompt.task + (f"\n\n{earlier}\n" if earlier else "")}]
         try:
             while True:
                 self.step()
@@ -164,6 +167,9 @@ class Session:
         earlier = next((c for c in self.candidates if c.source == source), None)
         if earlier is not None:  # answered from memory and not counted, as the system prompt promises
             return self.feedback(replace(earlier.feedback, duplicate=True))
+        known = self.ledger.judged(self.op, sha256(source)) if self.ledger else None
+        if known is not None:  # judged in an earlier run on this device: answered, not counted
+            return answer(known)
         if len(self.candidates) >= self.policy.max_iterations:
             return self.replies["out_of_submissions"].format(max_iterations=self.policy.max_iterations)
         if self.time_left_s() <= 0:
@@ -173,6 +179,8 @@ class Session:
         except TimeoutError as e:
             raise self.out_of_time(f"during an evaluation: {e}") from None
         self.candidates.append(Candidate(source, feedback))
+        if self.ledger:
+            self.ledger.record(feedback, run=self.transcript.parent.name)
         return self.feedback(feedback)
 
     def feedback(self, fb: Feedback) -> str:

@@ -1,0 +1,138 @@
+"""The ledger of tried candidates: one JSON line per judged candidate in the target checkout's sandbox/ledger.jsonl.
+
+Why: sessions forget. A model (or the seeded search) proposes the same file again next night, and every gate run
+costs minutes under the interpreter. With the ledger, a source already judged on this device (same sha256, op and
+device key) is answered from it, like a duplicate, and not counted; and the first user message shows the model the
+best and the most instructive failures of earlier runs on the op.
+
+The ledger is advice, never evidence. A commit needs this session's own gate verdict and measurement (run.work_on
+takes the winner from the session's candidates only), so a line in the ledger, whoever wrote it, can save a
+re-evaluation of a *rejected* or *not faster* source but can never make a source accepted: a source the ledger
+records as accepted is evaluated again, so it can win (and be committed) in this session. Lines that do not parse
+or lack fields are skipped.
+
+    Ledger(path).record(feedback, run=...)    after every evaluation the session finished
+    Ledger(path).judged(op, sha256)           the latest line for this source on this device, or None
+    Ledger(path).brief(op)                    the prompt's section on earlier runs ('' when there are none)
+    `autokernel ledger [--op OP] [--json]`    prints it
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from autokernel import device, paths
+from autokernel.untrusted import line
+
+FIELDS = ("sha256", "op", "device", "verdict", "reason", "detail", "accepted", "speedup", "speedup_ci", "time")
+
+
+def device_key() -> str:
+    """What makes a verdict reusable: the device and the software that judged (torch, Triton, autokernel)."""
+    fp = device.fingerprint()
+    parts = [fp.get("kind"), fp.get("gpu") or fp.get("cpu"), fp.get("cuda"), fp.get("torch"), fp.get("triton"),
+             fp.get("autokernel")]
+    name = fp.get("gpu") or fp.get("cpu") or fp.get("kind")
+    return f"{name} [{hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:12]}]"
+
+
+class Ledger:
+    def __init__(self, path: str | Path, device: str | None = None):
+        self.path, self.device = Path(path), device or device_key()
+
+    @classmethod
+    def of(cls, layout: paths.Layout) -> "Ledger":
+        return cls(layout.sandbox / "ledger.jsonl")
+
+    def record(self, fb, run: str = "") -> None:
+        """Append the session's judgement of one source (autokernel.agent.evaluate.Feedback)."""
+        r = fb.reasons[0] if fb.reasons else {}
+        entry = {"sha256": fb.sha256, "op": fb.op, "device": self.device, "verdict": fb.verdict,
+                 "reason": r.get("code"), "detail": line(r.get("detail") or fb.summary, 300),
+                 "accepted": bool(fb.accepted), "speedup": fb.speedup, "speedup_ci": fb.speedup_ci,
+                 "pct_of_peak": fb.pct_of_peak, "implausible": bool(fb.implausible), "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                 "run": run}
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.path, "a") as f:  # one write of one line: concurrent sessions append whole lines
+            f.write(json.dumps(entry, default=str) + "\n")
+
+    def entries(self, op: str | None = None, this_device: bool = True) -> list[dict]:
+        if not self.path.is_file():
+            return []
+        out = []
+        for raw in self.path.read_text(errors="replace").splitlines():
+            try:
+                e = json.loads(raw)
+            except ValueError:
+                continue
+            if not isinstance(e, dict) or any(k not in e for k in FIELDS):
+                continue
+            if (op is None or e["op"] == op) and (not this_device or e["device"] == self.device):
+                out.append(e)
+        return out
+
+    def judged(self, op: str, sha256: str) -> dict | None:
+        """The latest judgement of this source on this device, unless it was accepted (see the module doc)."""
+        mine = [e for e in self.entries(op) if e["sha256"] == sha256]
+        return mine[-1] if mine and not mine[-1]["accepted"] else None
+
+    def brief(self, op: str, failures: int = 5) -> str:
+        """Earlier runs on `op` on this device: the best measured source and one failure per distinct reason (the
+        latest), most frequent reasons first."""
+        es = self.entries(op)
+        if not es:
+            return ""
+        timed = [e for e in es if isinstance(e.get("speedup"), (int, float))]
+        best = max(timed, key=lambda e: e["speedup"], default=None)
+        by_reason: dict[str, list[dict]] = {}
+        for e in es:
+            if e["verdict"] != "accepted" and e.get("reason"):
+                by_reason.setdefault(str(e["reason"]), []).append(e)
+        shown = sorted(by_reason.items(), key=lambda kv: -len(kv[1]))[:failures]
+        out = [f"## Earlier runs on {op} (this device; {len(es)} candidate(s) judged, {len(timed)} timed)", ""]
+        if best:
+            out.append(f"- Best measured: {best['sha256'][:8]}, speedup {best['speedup']:.3f}x"
+                       + (" (accepted)" if best["accepted"] else " (not a significant win)"))
+        out += [f"- {line(reason, 60)} ({len(group)}x), e.g. {group[-1]['sha256'][:8]}: "
+                f"{line(group[-1]['detail'], 200)}" for reason, group in shown]
+        out.append("A file identical to one judged here is answered from this ledger and not counted.")
+        return "\n".join(out)
+
+
+def answer(entry: dict) -> str:
+    """The loop's reply to a source the ledger has judged: what was found then, marked as not counted."""
+    keep = ("sha256", "verdict", "reason", "detail", "speedup", "speedup_ci", "pct_of_peak", "implausible", "time")
+    return json.dumps({"summary": f"judged in an earlier run on this device ({line(entry.get('time'), 20)}): "
+                                  f"{line(entry.get('verdict'), 20)}; answered from the ledger, not evaluated again "
+                                  "and not counted",
+                       "from_ledger": True, **{k: entry.get(k) for k in keep}}, indent=1, default=str)
+
+
+def ledger_cmd(op: Optional[str] = typer.Option(None, help="Only this op."),
+               as_json: bool = typer.Option(False, "--json", help="JSON lines for machines."),
+               repo: Optional[Path] = typer.Option(None, help="The checkout (default: the one here)."),
+               all_devices: bool = typer.Option(False, "--all-devices", help="Include other devices' lines.")):
+    """Every candidate tried on this checkout: sha256, op, device, verdict, reason, speedup, time."""
+    led = Ledger.of(paths.target(repo))
+    es = led.entries(op, this_device=not all_devices)
+    if as_json:
+        for e in es:
+            typer.echo(json.dumps(e))
+        return
+    if not es:
+        typer.echo(f"ledger {led.path}: no candidates" + (f" for {op}" if op else "") + " on this device")
+        return
+    for e in es:
+        sp = f"{e['speedup']:.3f}x" if isinstance(e.get("speedup"), (int, float)) else "-"
+        typer.echo(f"{line(e['time'], 20)}  {line(e['op'], 20):<12} {line(e['sha256'], 64)[:12]}  "
+                   f"{line(e['verdict'], 10):<8} {sp:>8}  {line(e.get('reason') or '', 40):<28} "
+                   f"{line(e.get('detail') or '', 100)}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("ledger")(ledger_cmd)
