@@ -95,7 +95,18 @@ class Agent(_Section):
     top_k_ops: int = Field(1, ge=1)
     """How many ranked ops `autokernel run` works on when no --op is given."""
     max_output_tokens: int = Field(8192, ge=256)
-    """Largest reply per model call, tokens: a full kernel file plus a short rationale fits in a few thousand."""
+    """Room per model call for the visible reply, tokens: a full kernel file plus a short rationale fits in a few
+    thousand. Reasoning, where it is on, gets its own room on top (thinking_budget_tokens, reasoning_room_tokens),
+    so a long think never leaves the kernel file cut off."""
+    thinking_budget_tokens: Optional[int] = Field(None, ge=1024)
+    """Anthropic extended thinking: the thinking budget per call (the API's budget_tokens, at least 1024); the
+    request's max_tokens is then max_output_tokens plus this. Null (the default) leaves thinking off."""
+    reasoning_effort: Optional[Literal["minimal", "low", "medium", "high"]] = None
+    """OpenAI reasoning models' reasoning_effort, sent only when set (servers that do not know it may refuse it).
+    Null (the default) sends nothing and leaves the model's own default."""
+    reasoning_room_tokens: int = Field(32768, ge=0)
+    """OpenAI, when reasoning_effort is set: tokens added to the completion limit, since reasoning tokens count
+    against it (a reply that reasons for 20k tokens must still have room for the file)."""
     max_checks: int = Field(12, ge=0)
     """check_candidate calls per op session: a quick look at a draft (static findings, a few small numeric cases in
     the sandbox) that uses no submission. Counted apart from max_iterations; 0 turns the tool off."""

@@ -47,8 +47,10 @@ def make_model(agent: policy_mod.Agent, seed: int = 0, *, bench: policy_mod.Benc
     if agent.provider == "search":
         return SearchModel(seed, interpreter=interpreter,
                            min_speedup=(bench or policy_mod.Bench()).min_speedup)
+    reasoning = ({"thinking_budget_tokens": agent.thinking_budget_tokens} if agent.provider == "anthropic" else
+                 {"reasoning_effort": agent.reasoning_effort, "reasoning_room_tokens": agent.reasoning_room_tokens})
     return make(agent.provider, agent.model, agent.base_url, max_output_tokens=agent.max_output_tokens,
-                prices=dict(agent.prices))
+                prices=dict(agent.prices), **reasoning)
 
 
 def agent_settings(policy: policy_mod.Policy, agent: str | None, model: str | None,

@@ -298,9 +298,10 @@ class AnthropicModel(_Client):
 
     def __init__(self, model: str | None = None, *, base_url: str | None = None, max_output_tokens: int = 8192,
                  prices: dict | None = None, max_retries: int = MAX_RETRIES, timeout_s: float = TIMEOUT_S,
-                 probe: bool = False):
+                 probe: bool = False, thinking_budget_tokens: int | None = None):
         import anthropic
         self._setup("anthropic", anthropic, base_url, max_output_tokens, prices, max_retries, timeout_s)
+        self.thinking_budget_tokens = thinking_budget_tokens  # None: extended thinking off (nothing sent)
         self._named(model or DEFAULT_MODELS["anthropic"])
         if probe:
             _probe(self)
@@ -318,8 +319,12 @@ class AnthropicModel(_Client):
                      time_left_s)
 
     def _attempt(self, system: list, msgs: list, specs: list, timeout_s: float, deadline: _Deadline) -> dict:
-        stream = self.client.messages.create(model=self.model, max_tokens=self.max_output_tokens, system=system,
-                                             messages=msgs, tools=specs, stream=True, timeout=timeout_s)
+        extra = {}
+        if self.thinking_budget_tokens:  # thinking gets its own room: max_tokens covers thinking + the reply
+            extra = {"thinking": {"type": "enabled", "budget_tokens": self.thinking_budget_tokens}}
+        stream = self.client.messages.create(
+            model=self.model, max_tokens=self.max_output_tokens + (self.thinking_budget_tokens or 0), system=system,
+            messages=msgs, tools=specs, stream=True, timeout=timeout_s, **extra)
         self.reached = True
         blocks: dict[int, dict] = {}
         start, out_tokens, stop, done = None, 0, None, False
@@ -331,7 +336,14 @@ class AnthropicModel(_Client):
                     b = ev.content_block
                     blocks[ev.index] = {"type": b.type, "id": getattr(b, "id", ""), "name": getattr(b, "name", ""),
                                         "text": getattr(b, "text", "") or "", "json": "",
-                                        "input": getattr(b, "input", None)}
+                                        "input": getattr(b, "input", None),
+                                        "thinking": getattr(b, "thinking", "") or "",
+                                        "signature": getattr(b, "signature", "") or "",
+                                        "data": getattr(b, "data", "") or ""}
+                elif ev.type == "content_block_delta" and ev.delta.type == "thinking_delta":
+                    blocks[ev.index]["thinking"] += ev.delta.thinking
+                elif ev.type == "content_block_delta" and ev.delta.type == "signature_delta":
+                    blocks[ev.index]["signature"] += ev.delta.signature
                 elif ev.type == "content_block_delta" and ev.delta.type == "text_delta":
                     blocks[ev.index]["text"] += ev.delta.text
                 elif ev.type == "content_block_delta" and ev.delta.type == "input_json_delta":
@@ -352,7 +364,16 @@ class AnthropicModel(_Client):
                                for b in ordered if b["type"] == "tool_use"],
                 "usage": usage(start.input_tokens + read + write, out_tokens, self.prices, cache_read=read,
                                cache_write=write),
-                "truncated": stop == "max_tokens"}
+                "truncated": stop == "max_tokens", **_thinking(ordered)}
+
+
+def _thinking(blocks: list[dict]) -> dict:
+    """The turn's thinking blocks as the API must get them back with its tool results (signed; redacted ones as
+    their opaque data), under "thinking" in the neutral message; {} when there were none."""
+    kept = [{"type": "thinking", "thinking": b["thinking"], "signature": b["signature"]} if b["type"] == "thinking"
+            else {"type": "redacted_thinking", "data": b["data"]}
+            for b in blocks if b["type"] in ("thinking", "redacted_thinking")]
+    return {"thinking": kept} if kept else {}
 
 
 def _probe(m: _Client) -> None:
@@ -369,7 +390,8 @@ def to_anthropic(messages: list[dict]) -> tuple[str, list[dict]]:
     out: list[dict] = []
     for m in messages:
         if m["role"] == "assistant":
-            blocks = [{"type": "text", "text": m["content"]}] if m.get("content") else []
+            blocks = [dict(b) for b in m.get("thinking") or []]  # first, as the API requires with thinking on
+            blocks += [{"type": "text", "text": m["content"]}] if m.get("content") else []
             blocks += [{"type": "tool_use", "id": c["id"], "name": c["name"],
                         "input": c["arguments"] if isinstance(c["arguments"], dict) else {"_raw": c["arguments"]}}
                        for c in m.get("tool_calls") or []]
@@ -390,9 +412,11 @@ class OpenAIModel(_Client):
 
     def __init__(self, model: str | None = None, *, base_url: str | None = None, max_output_tokens: int = 8192,
                  prices: dict | None = None, max_retries: int = MAX_RETRIES, timeout_s: float = TIMEOUT_S,
-                 probe: bool = False):
+                 probe: bool = False, reasoning_effort: str | None = None, reasoning_room_tokens: int = 0):
         import openai
         self._setup("openai", openai, base_url, max_output_tokens, prices, max_retries, timeout_s)
+        self.reasoning_effort = reasoning_effort  # None: not sent
+        self.reasoning_room_tokens = reasoning_room_tokens if reasoning_effort else 0
         if model is None and base_url:
             ids = self._models()
             if not ids:
@@ -407,7 +431,10 @@ class OpenAIModel(_Client):
                      time_left_s)
 
     def _attempt(self, messages: list[dict], tools: list[dict], timeout_s: float, deadline: _Deadline) -> dict:
-        limit = {"max_tokens" if self.base_url else "max_completion_tokens": self.max_output_tokens}
+        limit = {"max_tokens" if self.base_url else "max_completion_tokens":
+                 self.max_output_tokens + self.reasoning_room_tokens}  # reasoning tokens count against it
+        if self.reasoning_effort:
+            limit["reasoning_effort"] = self.reasoning_effort
         specs = [{"type": "function", "function": t} for t in tools]
         text: list[str] = []
         calls: dict[int, dict] = {}

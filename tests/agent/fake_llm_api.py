@@ -63,14 +63,25 @@ def _chunks(s: str, n: int = 3) -> list[str]:
 
 def anthropic_turn(text: str = "", calls: list[Call] = (), input_tokens: int = 100, output_tokens: int = 50,
                    model: str = "claude-test", cache_read: int = 0, cache_write: int = 0,
-                   stop_reason: str | None = None) -> Reply:
-    """One assistant turn streamed as Anthropic Messages SSE events (message_start ... message_stop)."""
+                   stop_reason: str | None = None, thinking: str = "", signature: str = "sig-fake") -> Reply:
+    """One assistant turn streamed as Anthropic Messages SSE events (message_start ... message_stop); `thinking`
+    streams a signed extended-thinking block first (thinking_delta, then signature_delta)."""
     ev: list[tuple[str, object]] = [("message_start", {"type": "message_start", "message": {
         "id": "msg_fake", "type": "message", "role": "assistant", "model": model, "content": [],
         "stop_reason": None, "stop_sequence": None,
         "usage": {"input_tokens": input_tokens, "output_tokens": 1, "cache_read_input_tokens": cache_read,
                   "cache_creation_input_tokens": cache_write}}})]
     idx = 0
+    if thinking:
+        ev.append(("content_block_start", {"type": "content_block_start", "index": idx,
+                                           "content_block": {"type": "thinking", "thinking": "", "signature": ""}}))
+        for piece in _chunks(thinking):
+            ev.append(("content_block_delta", {"type": "content_block_delta", "index": idx,
+                                               "delta": {"type": "thinking_delta", "thinking": piece}}))
+        ev.append(("content_block_delta", {"type": "content_block_delta", "index": idx,
+                                           "delta": {"type": "signature_delta", "signature": signature}}))
+        ev.append(("content_block_stop", {"type": "content_block_stop", "index": idx}))
+        idx += 1
     if text:
         ev.append(("content_block_start", {"type": "content_block_start", "index": idx,
                                            "content_block": {"type": "text", "text": ""}}))
