@@ -18,6 +18,7 @@ import yaml
 
 from autokernel import device
 from autokernel import ops as opspecs
+from autokernel.agent import context
 from autokernel.errors import UserError
 from autokernel.ops import tolerance
 from autokernel.policy import Agent as AgentPolicy
@@ -185,7 +186,8 @@ def build(op: str, policy: AgentPolicy, trace: dict | None = None, kernel_file: 
         "max_iterations": policy.max_iterations, "max_tokens": policy.max_tokens, "max_usd": policy.max_usd,
         "max_wall_s": policy.max_wall_s, "max_checks": policy.max_checks, "target_pct": round(100 * policy.target_fraction_of_peak, 1),
         "incumbent_pct": pct, "default_dtype": str(device.default_dtype()).removeprefix("torch."),
-        "corpus": shapes, "allowlist": allowlist(),
+        "corpus": shapes, "allowlist": allowlist(), "device_facts": context.device_facts(),
+        "call_sites": context.call_sites(op), "siblings": context.sibling_sources(op, path.parent),
     }
     return Prompt(system=render("system.md", **ctx), task=render("task.md", **ctx), kernel=ctx["kernel_source"],
                   spec=render("spec.md", **ctx), context=ctx)
