@@ -7,6 +7,11 @@ through its SDK, the offline search, or a scripted model in tests. Every candida
 every evaluation (`time_left_s`, where the callee takes it), and one that runs out ends the session as spent budget.
 A model that cannot be used (ModelError: the server kept failing, replies never parsed) ends it with Result.error
 set: an environment failure, never "no improvement".
+
+Tools: read_kernel and read_spec are answered from the prompt; check_candidate (a quick sandboxed look at a draft,
+budgeted apart from submissions) is handled in check.py; submit_candidate goes to the Evaluator, unless the same
+source was judged before: in this session (a duplicate) or, with a Ledger, in an earlier run on this device
+(ledger.py). Neither is counted, and every new judgement is added to the ledger.
 """
 from __future__ import annotations
 
