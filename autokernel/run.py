@@ -26,7 +26,7 @@ from rich.table import Table
 from autokernel import device, paths
 from autokernel import policy as policy_mod
 from autokernel.errors import UserError
-from autokernel.untrusted import line, markup, plain
+from autokernel.untrusted import fenced, line, markup, plain
 
 
 @dataclass
@@ -377,8 +377,10 @@ def nightly_cmd(
             base = delivery.git(ctx.layout.root, "rev-parse", "--abbrev-ref", "HEAD")
             prs.append(delivery.open_pull_request(delivery.github_slug(ctx.layout.root), o.branch, base,
                                                   body.splitlines()[0].lstrip("# "), body, token, github_api))
-    pr_md = "\n\n---\n\n".join(Path(o.pr_body).read_text() for o in outcomes if o.pr_body) or \
-        "# autokernel nightly: no improvement\n\nNo candidate both passed the gate and won the benchmark.\n"
+    failed = [f"- {o.op}: {line(o.error, 300)}" for o in outcomes if o.error]
+    pr_md = "\n\n---\n\n".join(Path(o.pr_body).read_text() for o in outcomes if o.pr_body) or (
+        "# autokernel nightly: the agent's model failed\n\n" + fenced("\n".join(failed)) + "\n" if failed else
+        "# autokernel nightly: no improvement\n\nNo candidate both passed the gate and won the benchmark.\n")
     (out / "pr.md").write_text(pr_md)
     (out / "summary.json").write_text(json.dumps({
         "run_dir": str(state.run_dir), "trace": state.trace, "device": device.fingerprint(),

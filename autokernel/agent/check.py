@@ -52,10 +52,11 @@ def quick_check(op: str, source: str, job_dir: Path, policy: Policy, kernels_dir
     path.write_text(source)
     v = gate.verify(op, path, shapes=quick_shapes(op, shapes), seed=None, policy=policy, run_dir=job_dir,
                     dtypes=[spec.dtypes[0]], dists=[DISTS[0]], stages=[], kernels_dir=kernels_dir)
-    ran = [s for s in v.stages]
+    ran = list(v.stages)
     checked = "; ".join(f"{s.name}: {'passed' if s.passed else s.reason}" + (f" ({s.detail})" if s.passed else "")
                         for s in ran)
-    return {"passed": v.accepted, "findings": findings(ran), "checked": checked}
+    return {"passed": v.accepted, "findings": findings(ran), "checked": checked,
+            "job_time_limit_s": round(policy.sandbox.timeout_s, 1)}  # a sandbox.timeout may be this cap's doing
 
 
 class CheckTool:

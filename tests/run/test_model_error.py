@@ -96,6 +96,9 @@ def test_nightly_fails_when_any_session_has_an_error(clone, tmp_path, monkeypatc
     assert r.exit_code == 2, r.output
     (o,) = json.loads((out / "summary.json").read_text())["outcomes"]
     assert o["status"] == status and "HTTP 500" in o["error"]
+    pr = (out / "pr.md").read_text()
+    assert ("model failed" in pr and "HTTP 500" in pr) if status == "model_error" else "no improvement" not in pr
+    assert "\x1b" not in pr
 
 
 def test_nightly_without_error_still_exits_0(clone, tmp_path, monkeypatch):
