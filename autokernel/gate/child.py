@@ -338,22 +338,6 @@ def _overlaps(a: tuple[int, int], b: tuple[int, int]) -> bool:
     return a[0] < b[1] and b[0] < a[1] and a[0] != a[1] and b[0] != b[1]
 
 
-def _fresh_copy(kwargs: dict) -> dict:
-    """Same values and layout (strides, offsets, shared storages) at new addresses."""
-    storages: dict[int, torch.UntypedStorage] = {}
-    out = {}
-    for k, v in kwargs.items():
-        if isinstance(v, torch.Tensor):
-            s = v.untyped_storage()
-            if s.data_ptr() not in storages:
-                storages[s.data_ptr()] = s.clone()
-            out[k] = _empty(0, dtype=v.dtype, device=v.device).set_(
-                storages[s.data_ptr()], v.storage_offset(), v.size(), v.stride())
-        else:
-            out[k] = v
-    return out
-
-
 def _refill(a: dict, b: dict) -> dict:
     """B's values written into A's tensors in place (same objects, addresses, ids); B's other arguments."""
     done = set()
@@ -510,20 +494,20 @@ def numeric(payload: dict, inputs) -> dict:
 
 
 class _CaseState:
-    """One case's tensors in the child: A (the objects of the first call, refilled in place later), and a pristine
-    copy of A's values for calls at new addresses. Value sets (a, b, t) are loaded from the input directory."""
+    """One case's tensors in the child: A (the objects of the first call, refilled in place later). Value sets
+    (a, b, t) are loaded from the input directory; a copy is a second load of a (new tensors at new addresses, the
+    same values and layout, views included)."""
 
     def __init__(self, job: Path, files: dict[str, str]):
         self.job, self.files = job, files
         self.a = self.current = self.load("a")
-        self.pristine = _fresh_copy(self.a)
 
     def load(self, values: str) -> dict:
         return torch.load(self.job / self.files[values], weights_only=True)
 
     def args(self, mode: str, values: str) -> dict:
-        if mode == "copy":  # the pristine values at new addresses (and new tensor objects)
-            return _fresh_copy(self.pristine)
+        if mode == "copy":  # a's values at new addresses (and new tensor objects), while A is alive
+            return self.load("a")
         if mode == "refill":  # new values written into A's own storages: same objects, addresses, ids
             self.current = _refill(self.a, self.load(values))
         return self.current  # fresh: A as loaded; repeat: A as it stands

@@ -65,7 +65,9 @@ def larger_shape(spec: OpSpec, shapes: list[dict[str, int]]) -> dict[str, int] |
 
 
 def sweep_shapes(spec: OpSpec, traced: list[dict[str, int]], seed: int) -> list[dict[str, int]]:
-    """The leading dimension(s) (spec.extra['sweep'], default the first) swept on the most expensive traced shape."""
+    """The leading dimension(s) (spec.extra['sweep'], default the first) swept on the most expensive traced shape,
+    with spec.extra['sweep_base'] overriding other dimensions where the traced one would make every case huge (the
+    embedding tables). The budget is LARGER_COST_FACTOR times the most expensive traced shape's cost."""
     if not traced:
         return []
     base = {**max(traced, key=lambda s: cost(spec, s)), **spec.extra.get("sweep_base", {})}
