@@ -74,7 +74,7 @@ def find(source: str | bytes, op: str, reference_launcher: Path | None = None, *
         return [Finding("static.syntax", 0, f"{len(source)} bytes: larger than any kernel file "
                                             f"({MAX_SOURCE_BYTES} max)")]
     try:
-        tree = ast.parse(source)
+        tree = static_common.parse(source)
     except SyntaxError as e:
         return [Finding("static.syntax", e.lineno or 0, f"does not parse: {e.msg}")]
     except (ValueError, RecursionError, MemoryError) as e:
@@ -364,7 +364,7 @@ def _reference(op: str, reference_launcher: Path | None) -> dict[str, dict]:
     path = reference_launcher or Path(__file__).resolve().parents[2] / "kernels" / f"{op}.py"
     if path.is_file():
         out = {}
-        for node in ast.parse(path.read_text()).body:
+        for node in static_common.parse(path.read_text()).body:
             if isinstance(node, ast.FunctionDef) and not node.decorator_list and not node.name.startswith("_"):
                 out[node.name] = _params(node)
         if out:
@@ -373,7 +373,7 @@ def _reference(op: str, reference_launcher: Path | None) -> dict[str, dict]:
         import inspect
 
         from autokernel.ops import get
-        fn = ast.parse(inspect.getsource(get(op).reference).lstrip()).body[0]
+        fn = static_common.parse(inspect.getsource(get(op).reference).lstrip()).body[0]
         return {op: _params(fn)} if isinstance(fn, ast.FunctionDef) else {}
     except (KeyError, OSError, TypeError, ImportError, SyntaxError):
         return {}

@@ -4,12 +4,23 @@ from __future__ import annotations
 
 import ast
 import builtins
+import threading
 from typing import TYPE_CHECKING
 
 from autokernel.gate import allowlist as A
 
 if TYPE_CHECKING:
     from autokernel.gate.static import Facts
+
+_PARSE_LOCK = threading.Lock()
+
+
+def parse(source: str | bytes) -> ast.Module:
+    """ast.parse under a lock: CPython 3.11's parser is not thread-safe ("AST constructor recursion depth mismatch"
+    when two threads parse at once, as parallel verifies do), and the gate is called from worker threads."""
+    with _PARSE_LOCK:
+        return ast.parse(source)
+
 
 TYPE_NAMES = {f"torch.{t}" for t in A.TORCH_TYPES} | {"triton.language.constexpr", "triton.language.tensor"}
 
