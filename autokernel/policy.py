@@ -166,6 +166,12 @@ class Gate(_Section):
     """The end-to-end job may run this many times its predicted time (the op's calls in the e2e workload times the
     candidate's per-call time measured by the numeric stage) before sandbox.timeout; never less than
     sandbox.timeout_s. A slow candidate under the CPU interpreter is not a wrong one."""
+    max_rows: int = Field(8192, ge=0)
+    """The largest leading (token/batch) dimension production can send the op: the engine's context length x the
+    batch the gate vouches for (SmolLM2's context is 8192 tokens, autokernel/ops/rope.py CONTEXT). The numeric stage
+    sweeps the leading dimension log-spaced up to it and on both sides of every integer threshold in the candidate's
+    source (autokernel/gate/schedule.py, autokernel/gate/thresholds.py); a kernel is only vouched for up to it. 0 turns
+    the range sweep off (each large case is seconds to a minute under the CPU interpreter)."""
     allow_inline_asm: bool = False
     """Let kernels call tl.inline_asm_elementwise (static stage, autokernel/gate/static_kernel.py). Off by default:
     inline PTX is code the grammar cannot read, and the CPU interpreter cannot run it, so the gate could not judge

@@ -56,9 +56,11 @@ larger_shape = schedule.larger_shape
 
 
 def plan(spec: OpSpec, shapes: list[dict] | None, dtypes: list[torch.dtype] | None,
-         dists: list[str] | None, seed: int = 0) -> list[tuple[dict, torch.dtype, str, int]]:
-    """(shape, dtype, dist, schedule.FULL | SINGLE) for every case, smoke cases first (autokernel.gate.schedule)."""
-    return schedule.plan(spec, shapes, dtypes, dists, DISTS, seed)
+         dists: list[str] | None, seed: int = 0, max_rows: int = 0,
+         thresholds: set[int] = frozenset()) -> list[tuple[dict, torch.dtype, str, int]]:
+    """(shape, dtype, dist, schedule.FULL | SINGLE) for every case, smoke cases first (autokernel.gate.schedule);
+    max_rows/thresholds: the production-range sweep (policy gate.max_rows, autokernel.gate.thresholds)."""
+    return schedule.plan(spec, shapes, dtypes, dists, DISTS, seed, max_rows, thresholds)
 
 
 def _inputs(spec: OpSpec, shape: dict, dtype: torch.dtype, dist: str, seed: int, dev: str) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from typing import Callable
 import torch
 
 from autokernel import device
-from autokernel.gate import numeric, static
+from autokernel.gate import numeric, static, thresholds
 from autokernel.gate.verdict import StageResult, Verdict
 from autokernel.ops import get
 from autokernel.policy import Policy
@@ -80,7 +80,7 @@ def verify(op: str, candidate_path: str | Path, *, shapes: list[dict] | None = N
     reference = Path(kernels_dir) / f"{op}.py" if kernels_dir is not None else None
     results.append(timed(functools.partial(static.check_source, policy=policy), source, op, reference))
     if results[-1].passed:
-        planned = numeric.plan(spec, shapes, dtypes, dists, seed)
+        planned = numeric.plan(spec, shapes, dtypes, dists, seed, policy.gate.max_rows, thresholds.extract(source))
         runtime, num = timed(numeric.run, spec, copy, job_dir, policy.sandbox, seed, planned, None,
                              policy.gate.require_bitwise_determinism)
         results += [r for r in (runtime, num) if r is not None]

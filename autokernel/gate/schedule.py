@@ -7,6 +7,11 @@ State and sampling must not pay (docs/shortcuts.md, "memoising", "phase detectio
   sizes, plus one secret prime between the largest traced size and twice it, so a threshold on M cannot be placed
   where the gate never looks. Bounded by cost: no swept shape costs more than LARGER_COST_FACTOR times the most
   expensive traced one (the interpreter's time on 2 cores is the budget).
+- Production range. Past that sweep, the leading dimension goes log-spaced up to policy gate.max_rows (the rows
+  production can send: a kernel is vouched for up to there, not past it), one secret prime just under each power of
+  2 and a secret non-block-multiple just under max_rows, plus T-1, T, T+1 for every integer threshold T the
+  candidate's source compares against (autokernel/gate/thresholds.py). These ignore the cost bound: a shortcut taken
+  only past M = 3000 is exactly what a cost-bounded sweep never reaches. One call each, "mixed", first dtype.
 - Calls. Every case starts with a call on fresh inputs ("fresh"). "Full" cases add: the same values at new addresses
   ("copy", which must give the same bits), the tensors refilled in place with new values ("refill" b) and with the
   first values changed at a few random elements ("refill" t: a memo keyed on a hash of sampled elements returns a
@@ -27,12 +32,18 @@ from typing import Any
 
 import torch
 
+from autokernel.gate import thresholds as _thresholds
 from autokernel.ops.spec import OpSpec
 
 SWEEP = (1, 2, 3, 5, 7, 13, 31, 61, 127, 257)  # 1, primes, non-multiples of every power-of-2 block size
 LARGER_COST_FACTOR = 2.5  # a swept shape costs at most this times the most expensive traced shape
 TWEAK_FRACTION = 1 / 64  # of each tensor's elements changed in place by a "t" refill (at least one)
 DTYPE_DISTS = ("wide", "tiny", "mixed")  # distributions checked in every dtype (the others in the first one)
+# Per-op range-sweep overrides where spec.extra has none: (range dimension or None for no range sweep, base dims).
+# Attention's leading dimensions are batch and sequence (cost quadratic in T: an 8192-token prefill is hours under the
+# interpreter); lm_head's and softmax's rows are sampled positions (one per sequence), over a full vocabulary each.
+RANGE_OVERRIDES: dict[str, tuple[str | None, dict[str, int]]] = {
+    "attention": (None, {}), "attention_decode": (None, {}), "lm_head": (None, {}), "softmax": ("M", {"V": 4099})}
 FULL, SINGLE = 3, 1  # the `calls` field of a planned case: a full case, or one fresh call (maybe with a copy)
 
 
@@ -86,8 +97,48 @@ def sweep_shapes(spec: OpSpec, traced: list[dict[str, int]], seed: int) -> list[
     return out
 
 
+def range_dim(spec: OpSpec, traced: list[dict[str, int]]) -> tuple[str, dict[str, int]] | None:
+    """The dimension production grows (tokens of a prefill, rows of a batch) and the shape it is swept on: the
+    spec's extra['range_dim'] (default the last swept dimension, e.g. T for rope's (B, T)) on the most expensive
+    traced shape, the other swept dimensions at 1 and extra['sweep_base'] / extra['range_base'] applied (other
+    dimensions kept small where the op's cost grows with them too: attention's heads, matmul's K)."""
+    override = RANGE_OVERRIDES.get(spec.name, ("", {}))
+    if not traced or spec.extra.get("range_dim", override[0]) is None:
+        return None
+    base = {**max(traced, key=lambda s: cost(spec, s)), **spec.extra.get("sweep_base", {}),
+            **spec.extra.get("range_base", override[1])}
+    dims = spec.extra.get("sweep", (next(iter(base)),))
+    dim = spec.extra.get("range_dim", override[0] or dims[-1])
+    return dim, {**base, **{d: 1 for d in dims if d != dim}}
+
+
+def range_shapes(spec: OpSpec, traced: list[dict[str, int]], seed: int, max_rows: int,
+                 thresholds: set[int] = frozenset()) -> list[dict[str, int]]:
+    """The production-range shapes (module docstring): log-spaced from past the cost-bounded sweep (past SWEEP's
+    last value and twice the largest traced size) up to max_rows, with secret jitter, and each literal threshold's
+    neighbours."""
+    picked = range_dim(spec, traced)
+    if picked is None or max_rows <= 1:
+        return []
+    dim, base = picked
+    start = max(SWEEP[-1], 2 * max(s.get(dim, 1) for s in traced) + 1)
+    r = random.Random(derive(seed, "range", dim))
+    values: set[int] = set()
+    p = 1 << start.bit_length()
+    while p < max_rows:  # a secret prime in the top eighth below each power of 2
+        primes = [q for q in range(p - p // 8, p) if _is_prime(q)]
+        values.add(r.choice(primes) if primes else p - 1)
+        p *= 2
+    if max_rows > start:  # a secret odd value within the top 64th below max_rows (odd: no block multiple)
+        top = max_rows - r.randrange(0, max(max_rows // 64, 1))
+        values.add(top if top % 2 or top == 1 else top - 1)
+    values |= set(_thresholds.rows(set(thresholds), base, dim, max_rows))
+    return [{**base, dim: v} for v in sorted(values)]
+
+
 def plan(spec: OpSpec, shapes: list[dict] | None, dtypes: list[torch.dtype] | None, dists: list[str] | None,
-         all_dists: tuple[str, ...], seed: int = 0) -> list[tuple[dict, torch.dtype, str, int]]:
+         all_dists: tuple[str, ...], seed: int = 0, max_rows: int = 0,
+         thresholds: set[int] = frozenset()) -> list[tuple[dict, torch.dtype, str, int]]:
     """(shape, dtype, dist, FULL | SINGLE) for every case, smoke cases (every shape, first dtype, first dist, full)
     first: they run as their own sandbox job, so most wrong candidates are turned away after a fraction of the work.
 
@@ -96,7 +147,9 @@ def plan(spec: OpSpec, shapes: list[dict] | None, dtypes: list[torch.dtype] | No
     depend on the dtype) and in the first dtype for the value patterns; the swept shapes on "mixed" (every
     distribution interleaved elementwise) where it is planned, else the first, in the first dtype (a grid that floors
     or truncates does so in any dtype; precision shortcuts matter most in the widest). The budget is the
-    interpreter's time on 2 cores: a thorough rmsnorm verdict is ~80 cases and ~160 calls.
+    interpreter's time on 2 cores: a thorough rmsnorm verdict is ~80 cases and ~160 calls. The production-range
+    shapes (range_shapes; max_rows 0: none, as unit tests of the grid ask) are single "mixed" calls in the first
+    dtype too, planned last: the most expensive calls, made only once cheaper cases have passed.
     """
     traced = [dict(s) for s in (shapes if shapes is not None else spec.model_shapes)]
     big = larger_shape(spec, traced)
@@ -112,6 +165,8 @@ def plan(spec: OpSpec, shapes: list[dict] | None, dtypes: list[torch.dtype] | No
     grid += [(s, dt, d, SINGLE) for s in base_shapes for d in dists[1:]
              for dt in (dtypes if d in DTYPE_DISTS else dtypes[:1])]
     grid += [(s, dtypes[0], sweep_dist, SINGLE) for s in swept]
+    ranged = [s for s in range_shapes(spec, traced, seed, max_rows, thresholds) if s not in full_shapes + swept]
+    grid += [(s, dtypes[0], sweep_dist, SINGLE) for s in ranged]
     smoke = [c for c in grid if c[1] == dtypes[0] and c[3] == FULL]
     return smoke + [c for c in grid if c not in smoke]
 

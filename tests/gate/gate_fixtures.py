@@ -4,6 +4,7 @@ Each fixture under fixtures/<op>/ states what the gate must say about it in its 
     # expect: <reason code> | accepted
     # runtime-expect: <reason code>     (optional: what runtime/numeric say when the static stage is skipped)
     # dists: normal, tiny               (optional: the distributions the fixture needs; default QUICK_DISTS)
+    # max-rows: 400                     (optional: policy gate.max_rows for its run; default 0, no range sweep)
 """
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ class Fixture:
     expect: str
     runtime_expect: str | None
     dists: list[str]
+    max_rows: int = 0
 
     @property
     def id(self) -> str:
@@ -40,7 +42,7 @@ def _header(path: Path) -> dict[str, str]:
         if not line.startswith("#"):
             break
         key, sep, value = line[1:].partition(":")
-        if sep and key.strip() in ("expect", "runtime-expect", "dists"):
+        if sep and key.strip() in ("expect", "runtime-expect", "dists", "max-rows"):
             out[key.strip()] = value.strip()
     return out
 
@@ -51,5 +53,6 @@ def fixtures() -> list[Fixture]:
         h = _header(path)
         assert "expect" in h, f"{path} has no '# expect:' header"
         dists = [d.strip() for d in h["dists"].split(",")] if "dists" in h else QUICK_DISTS
-        out.append(Fixture(path.parent.name, path, h["expect"], h.get("runtime-expect"), dists))
+        out.append(Fixture(path.parent.name, path, h["expect"], h.get("runtime-expect"), dists,
+                           int(h.get("max-rows", 0))))
     return out

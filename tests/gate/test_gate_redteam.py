@@ -36,7 +36,8 @@ def _e2e_fails(op: str, candidate: Path, policy: Policy) -> StageResult:
 
 def _full(fx, run_dir: Path, stages=None) -> Verdict:
     return verify(fx.op, fx.path, run_dir=run_dir, shapes=QUICK_SHAPES.get(fx.op), dtypes=QUICK_DTYPES,
-                  dists=fx.dists, stages=[] if stages is None else stages)  # e2e: tests/gate/test_gate_e2e.py
+                  dists=fx.dists, stages=[] if stages is None else stages,
+                  policy=Policy(gate={"max_rows": fx.max_rows}))  # e2e: tests/gate/test_gate_e2e.py
 
 
 def _runtime_only(fx, run_dir: Path) -> StageResult:

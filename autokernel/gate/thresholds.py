@@ -1,0 +1,94 @@
+"""Integer thresholds a candidate compares against, read from its source in the parent (docs/shortcuts.md,
+"coverage shortcuts").
+
+A kernel that is exact for small M and takes a shortcut past `M > 3000` (a quantised load, half a grid, a smaller
+block, `if row > 4000:` inside the kernel) is only caught by a case on the far side of 3000. The schedule
+(autokernel/gate/schedule.py) sweeps the leading dimension log-spaced up to policy gate.max_rows; these values add
+T-1, T, T+1 (and T // N for each traced dimension N, for thresholds on a product like M * N) so a literal threshold is
+checked on both sides exactly, wherever it lies below max_rows.
+
+Collected: every int > 1 that is a constant operand of a comparison (<, <=, >, >=, ==, !=) anywhere in the file
+(launcher, kernels, heuristics lambdas), constant expressions there folded (`1 << 12`, `3 * 1024`), and names
+assigned such a constant anywhere in the file and then compared (`LIMIT = 3000 ... if M > LIMIT`). A threshold
+computed at run time from non-constants is left to the log-spaced sweep.
+"""
+from __future__ import annotations
+
+import ast
+import operator
+
+from autokernel.gate.static_common import parse
+
+_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv,
+        ast.LShift: operator.lshift, ast.RShift: operator.rshift, ast.Pow: pow, ast.Mod: operator.mod}
+_LIMIT = 1 << 40  # a folded value past this is no row count (and `2 ** 10 ** 9` must not be computed)
+
+
+def _fold(node: ast.AST, names: dict[str, int]) -> int | None:
+    """The int value of a constant expression (names bound to constants included), else None."""
+    if isinstance(node, ast.Constant) and type(node.value) is int:
+        return node.value
+    if isinstance(node, ast.Name):
+        return names.get(node.id)
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        v = _fold(node.operand, names)
+        return None if v is None else -v
+    if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
+        a, b = _fold(node.left, names), _fold(node.right, names)
+        if a is None or b is None or abs(a) > _LIMIT or abs(b) > _LIMIT:
+            return None
+        if isinstance(node.op, (ast.Pow, ast.LShift)) and not 0 <= b <= 40:
+            return None
+        try:
+            v = _OPS[type(node.op)](a, b)
+        except (ZeroDivisionError, ValueError, OverflowError):
+            return None
+        return v if abs(v) <= _LIMIT else None
+    return None
+
+
+def _constant_names(tree: ast.AST) -> dict[str, int]:
+    """Names assigned an int constant expression anywhere in the file (the last constant assignment wins; a name
+    assigned two constants keeps both via the compare walk below seeing each)."""
+    names: dict[str, int] = {}
+    for _ in range(2):  # a name defined from another constant name
+        for n in ast.walk(tree):
+            targets = n.targets if isinstance(n, ast.Assign) else [n.target] if isinstance(n, ast.AnnAssign) else []
+            value = getattr(n, "value", None)
+            for t in targets:
+                if isinstance(t, ast.Name) and value is not None:
+                    v = _fold(value, names)
+                    if v is not None:
+                        names[t.id] = v
+    return names
+
+
+def extract(source: str | bytes) -> set[int]:
+    """Every int > 1 a comparison in `source` is made against (see the module docstring); empty if it does not
+    parse (the static stage has rejected it then)."""
+    try:
+        tree = parse(source)
+    except (SyntaxError, ValueError):
+        return set()
+    names = _constant_names(tree)
+    out: set[int] = set()
+    for c in ast.walk(tree):
+        if not isinstance(c, ast.Compare):
+            continue
+        for side in [c.left, *c.comparators]:
+            for n in ast.walk(side):  # the operand and its constant sub-expressions (`M * 2 > 6000 + 1`)
+                v = _fold(n, names)
+                if v is not None and v > 1:
+                    out.add(v)
+    return out
+
+
+def rows(thresholds: set[int], shape: dict[str, int], dim: str, max_rows: int) -> list[int]:
+    """Leading-dimension values that put each threshold T (and T // N for each other dimension N > 1 of `shape`, for
+    a threshold on a product) on both sides for the swept dimension `dim`: T-1, T, T+1, within 1..max_rows."""
+    out: set[int] = set()
+    others = {v for k, v in shape.items() if k != dim and v > 1}
+    for t in thresholds:
+        for c in {t} | {t // n for n in others}:
+            out |= {v for v in (c - 1, c, c + 1) if 1 <= v <= max_rows}
+    return sorted(out)

@@ -1,0 +1,100 @@
+"""Coverage shortcuts (docs/shortcuts.md): a kernel exact for small M that cheats only for large M.
+
+The cov_* fixtures under fixtures/rmsnorm/ go through the whole gate in test_gate_redteam.py (their `# max-rows`
+header sets policy gate.max_rows). Here: the threshold extraction and the range plan as units, and the proof that
+each cheating cov_* fixture is accepted with the defence off (max_rows 0: the cost-bounded sweep alone), so the
+red-team verdict is the range sweep's doing.
+"""
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import torch
+
+from autokernel.gate import schedule, thresholds, verify
+from autokernel.ops import get
+from autokernel.policy import Policy
+from gate_fixtures import QUICK_DTYPES, QUICK_SHAPES, fixtures
+
+COV = [f for f in fixtures() if f.path.stem.startswith("cov_")]
+
+
+def test_thresholds_are_read_from_every_comparison():
+    src = '''
+LIMIT = 1 << 12
+BIG = LIMIT + 2
+@triton.heuristics({"B": lambda a: 64 if a["M"] >= 7000 else 32})
+@triton.jit
+def k(x, M, N, LOW: tl.constexpr):
+    row = tl.program_id(0)
+    if row > 4000:
+        pass
+def launch(x):
+    M, N = x.shape
+    low = M * N > 3 * 1000 * 576
+    grid = (M if M < 5000 else M // 2,)
+    half = BLOCK if triton.next_power_of_2(M) <= 2048 else BLOCK // 2
+    ok = M != BIG and N == 1 and x.ndim == 2 and M > -9 and M >= LIMIT
+'''
+    got = thresholds.extract(src)
+    assert {4096, 7000, 4000, 3000, 1728000, 5000, 2048, 4098} <= got
+    assert not got & {0, 1, -9}  # 1 and below are not thresholds (`N == 1`, `M > -9`)
+    assert thresholds.extract("def f(:\n") == set()
+
+
+def test_threshold_rows_put_each_threshold_on_both_sides():
+    rows = thresholds.rows({3000, 1728000}, {"M": 4, "N": 576}, "M", 8192)
+    assert {2999, 3000, 3001} <= set(rows)  # T itself
+    assert {2999, 3000, 3001} <= set(thresholds.rows({1728000}, {"M": 4, "N": 576}, "M", 8192))  # T // N
+    assert max(rows) <= 8192 and min(rows) >= 1
+    assert thresholds.rows({10 ** 6}, {"M": 4, "N": 1}, "M", 8192) == []  # past max_rows: not vouched for
+
+
+def test_range_reaches_max_rows_with_secret_jitter():
+    spec = get("rmsnorm")
+    traced = [{"M": 4, "N": 576}]
+    a = schedule.range_shapes(spec, traced, seed=1, max_rows=8192)
+    b = schedule.range_shapes(spec, traced, seed=2, max_rows=8192)
+    ms = [s["M"] for s in a]
+    assert all(s["N"] == 576 for s in a)
+    assert max(ms) > 8192 - 8192 // 64 and max(ms) <= 8192  # near the top ...
+    assert all(m % 2 for m in ms)  # ... and no block multiple anywhere
+    for p in (512, 1024, 2048, 4096):  # one value just under each power of 2 on the way
+        assert any(p - p // 8 <= m < p for m in ms), p
+    assert ms != [s["M"] for s in b]  # the values follow the secret seed
+    assert schedule.range_shapes(spec, traced, seed=1, max_rows=0) == []
+
+
+def test_plan_adds_range_and_threshold_cases_as_single_mixed_calls():
+    spec = get("rmsnorm")
+    dists = ("normal", "mixed")
+    base = schedule.plan(spec, [{"M": 4, "N": 576}], [torch.float32], list(dists), dists, 3)
+    ranged = schedule.plan(spec, [{"M": 4, "N": 576}], [torch.float32], list(dists), dists, 3, 8192, {3000})
+    new = [c for c in ranged if c not in base]
+    assert {2999, 3000, 3001} <= {c[0]["M"] for c in new}
+    assert all(c[2] == "mixed" and c[3] == schedule.SINGLE for c in new)
+    assert ranged[:len(base)] == base  # planned last: cheaper cases turn most wrong kernels away first
+
+
+def test_rope_ranges_tokens_and_attention_is_left_out():
+    rope = get("rope")
+    shapes = schedule.range_shapes(rope, [dict(s) for s in rope.model_shapes], 5, 8192)
+    assert shapes and all(s["B"] == 1 for s in shapes) and max(s["T"] for s in shapes) > 8000
+    att = get("attention")
+    assert schedule.range_shapes(att, [dict(s) for s in att.model_shapes], 5, 8192) == []
+
+
+def _old_gate(fx, tmp_path):
+    return verify(fx.op, fx.path, run_dir=tmp_path / fx.path.stem, shapes=QUICK_SHAPES.get(fx.op),
+                  dtypes=QUICK_DTYPES, dists=fx.dists, stages=[], policy=Policy(gate={"max_rows": 0}))
+
+
+@pytest.mark.slow
+def test_cov_fixtures_pass_without_the_range_sweep(tmp_path):
+    """Each cheating cov_* fixture is accepted with max_rows 0: the defence, not something else, rejects it."""
+    cheats = [f for f in COV if f.expect != "accepted"]
+    assert len(cheats) >= 5
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        verdicts = list(pool.map(lambda f: _old_gate(f, tmp_path), cheats))
+    assert [v.verdict for v in verdicts] == ["accepted"] * len(cheats), [(v.candidate, v.reason) for v in verdicts]
