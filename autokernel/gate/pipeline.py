@@ -80,7 +80,10 @@ def verify(op: str, candidate_path: str | Path, *, shapes: list[dict] | None = N
     reference = Path(kernels_dir) / f"{op}.py" if kernels_dir is not None else None
     results.append(timed(functools.partial(static.check_source, policy=policy), source, op, reference))
     if results[-1].passed:
-        planned = numeric.plan(spec, shapes, dtypes, dists, seed, policy.gate.max_rows, thresholds.extract(source))
+        max_rows = policy.gate.max_rows  # under the CPU interpreter at most max_rows_interpreter (policy.py)
+        if not torch.cuda.is_available():
+            max_rows = min(max_rows, policy.gate.max_rows_interpreter)
+        planned = numeric.plan(spec, shapes, dtypes, dists, seed, max_rows, thresholds.extract(source))
         runtime, num = timed(numeric.run, spec, copy, job_dir, policy.sandbox, seed, planned, None,
                              policy.gate.require_bitwise_determinism)
         results += [r for r in (runtime, num) if r is not None]
