@@ -215,5 +215,5 @@ def test_lockstep_jobs_never_run_at_the_same_moment():
     assert all(j.error is None for j in jobs), [j.error for j in jobs]
     notes = sorted([(t, 0) for t in jobs[0].result] + [(t, 1) for t in jobs[1].result])
     switches = sum(a[1] != b[1] for a, b in zip(notes, notes[1:]))
-    assert 4 <= switches <= 40, switches  # ~0.5 s of CPU each in 0.1 s turns (plus start-up turns)
+    assert switches >= 4, switches  # ~0.5 s of CPU each in 0.1 s turns; no upper bound: load adds turns
     assert all(j.stopped_s > 0.2 and 0 < j.running_share < 1 for j in jobs), [(j.stopped_s, j.stats) for j in jobs]

@@ -40,7 +40,7 @@ def test_json_output(capsys):
 
 def test_accepted_is_exit_0(capsys, monkeypatch):
     quick = numeric.plan
-    monkeypatch.setattr(numeric, "plan", lambda spec, shapes, dtypes, dists, seed=0:
+    monkeypatch.setattr(numeric, "plan", lambda spec, shapes, dtypes, dists, seed=0, *_range:
                         quick(spec, shapes, [torch.float32], ["normal"], seed))
     trace = Path("trace.json")
     trace.write_text(json.dumps({"ops": {"rmsnorm": {"shapes": [{"M": 2, "N": 576}]}}}))
