@@ -33,7 +33,8 @@ def generate(
 ):
     """Generate text with the live engine, streaming tokens as they come."""
     from autokernel.engine import open_engine
-    from autokernel.engine.generate import Sampling, generate as run_generation
+    from autokernel.engine.generate import Sampling
+    from autokernel.engine.generate import generate as run_generation
     eng = open_engine(model, kernels=kernels, weights=weights)
     ids = eng.encode_prompt(prompt, chat)
     shown = ""

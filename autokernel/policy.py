@@ -173,7 +173,8 @@ class Gate(_Section):
     source (autokernel/gate/schedule.py, autokernel/gate/thresholds.py); a kernel is only vouched for up to it. 0 turns
     the range sweep off (each large case is seconds to a minute under the CPU interpreter)."""
     max_rows_interpreter: int = Field(1024, ge=0)
-    """The cap on max_rows when the kernels run through the CPU Triton interpreter (no CUDA device): the interpreter costs ~7 ms
+    """The cap on max_rows when the kernels run through the CPU Triton interpreter (no CUDA device): the interpreter
+    costs ~7 ms
     a program on 2 cores (rmsnorm at 8191 rows: ~60 s a call, measured), so a CPU verdict vouches for the range up to
     this and the full max_rows is checked where the kernels compile (a GPU run of the gate)."""
     allow_inline_asm: bool = False

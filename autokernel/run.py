@@ -251,8 +251,8 @@ def context(*, agent, model, base_url, repo, policy_file, console, yes=False, in
         preflight(settings.provider, settings.model, settings.base_url)
     if make_evaluator is None:
         sandbox.preflight(pol.sandbox, untrusted_author=nightly or settings.provider != "search")
-    return Context(layout, pol, settings, llm or make_model(settings, seed=0, bench=pol.bench), make_evaluator or sandbox_evaluator,
-                   console, yes, interactive)
+    model = llm or make_model(settings, seed=0, bench=pol.bench)
+    return Context(layout, pol, settings, model, make_evaluator or sandbox_evaluator, console, yes, interactive)
 
 
 def pipeline(ctx: Context, *, op: Optional[str], resume: Optional[Path], trace: Optional[Path]
@@ -272,7 +272,9 @@ def pipeline(ctx: Context, *, op: Optional[str], resume: Optional[Path], trace: 
         state = RunState(layout.sandbox / f"run-{stamp}-{secrets.token_hex(2)}")
         state.run_dir.mkdir(parents=True)
         state.trace = str(Path(trace).resolve()) if trace else None
-    from autokernel.profile import profiler, rank as rank_mod, trace as trace_mod
+    from autokernel.profile import profiler
+    from autokernel.profile import rank as rank_mod
+    from autokernel.profile import trace as trace_mod
     from autokernel.profile.command import print_rank
     if state.trace is None:
         with console.status("profiling the live engine on the workload (torch.profiler) …"):

@@ -70,8 +70,10 @@ def bench_ops(ops: list[str]) -> None:
             try:
                 kw = spec.make_inputs(dict(shape), dtype, "cuda", torch.Generator().manual_seed(0))
                 launcher(**kw)  # compile outside the timing
-                k_ms = triton.testing.do_bench(lambda: launcher(**kw), rep=BENCH_MS, return_mode="median")
-                r_ms = triton.testing.do_bench(lambda: spec.reference(**kw), rep=BENCH_MS, return_mode="median")
+                k_ms = triton.testing.do_bench(lambda launcher=launcher, kw=kw: launcher(**kw),
+                                               rep=BENCH_MS, return_mode="median")
+                r_ms = triton.testing.do_bench(lambda spec=spec, kw=kw: spec.reference(**kw),
+                                               rep=BENCH_MS, return_mode="median")
             except Exception as e:  # noqa: BLE001 -- one broken op must not hide the others
                 print(f"{op:<18}{str(dict(shape)):<36} failed: {type(e).__name__}: {str(e)[:120]}")
                 continue

@@ -17,9 +17,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import kernels  # noqa: E402,F401  sets TRITON_INTERPRET on CPU before triton is imported
 import torch  # noqa: E402
 
+import kernels  # noqa: E402,F401  sets TRITON_INTERPRET on CPU before triton is imported
 from autokernel import device  # noqa: E402
 from autokernel.engine import open_engine  # noqa: E402
 from autokernel.engine.generate import left_pad  # noqa: E402

@@ -53,7 +53,8 @@ def matmul_q4_1_kernel(
     if words_left > 0:  # a partial last tile, in whole blocks
         k_ok = j3 < words_left
         w = ((tl.load(q_ptrs, mask=k_ok, other=0) >> shift) & low4).to(tl.float32) \
-            * tl.load(d_ptrs, mask=k_ok, other=0.0).to(tl.float32) + tl.load(m_ptrs, mask=k_ok, other=0.0).to(tl.float32)
+            * tl.load(d_ptrs, mask=k_ok, other=0.0).to(tl.float32) \
+            + tl.load(m_ptrs, mask=k_ok, other=0.0).to(tl.float32)
         a = tl.load(x_ptrs, mask=col[None, :] < words_left * 8, other=0.0)
         acc = tl.dot(a, tl.reshape(w, (BLOCK_K, BLOCK_N)).to(a.dtype), acc, input_precision="ieee")
     tl.store(y_ptr + (rm[:, None] * stride_ym + rn[None, :] * stride_yn), acc.to(y_ptr.dtype.element_ty),

@@ -2,7 +2,8 @@
 share, so the session a commit comes from is the session the tests drive.
 
     settings(policy, agent, model, base_url) -> the policy's agent section with the command line on top
-    make_model(settings, bench=policy.bench) -> the Model; building it checks the provider, the API key and --base-url (exit 2), so
+    make_model(settings, bench=policy.bench) -> the Model; building it checks the provider, the API key and
+    --base-url (exit 2), so
                             callers build it before any slow step (profiling)
     start(op, ...) -> (Result, Session): the session itself, with the model and evaluator injected
     run_session(...) -> Result, with a printed summary; agent_command(...) -> exit code 0 (a win) or 1 (none)
@@ -61,7 +62,8 @@ def agent_settings(policy: policy_mod.Policy, agent: str | None, model: str | No
         return policy_mod.Agent.model_validate({**policy.agent.model_dump(),
                                                 **{k: v for k, v in update.items() if v is not None}})
     except ValueError as e:
-        raise UserError(f"--agent {agent!r}: use search, anthropic or openai ({str(e).splitlines()[-1].strip()})")
+        why = str(e).splitlines()[-1].strip()
+        raise UserError(f"--agent {agent!r}: use search, anthropic or openai ({why})") from None
 
 
 def start(op: str, settings: policy_mod.Agent, llm: Model, evaluator: Evaluator, run_dir: Path, *,

@@ -193,7 +193,8 @@ class SandboxEvaluator:
     def confirm(self, op: str, source: str):
         """A fresh benchmark of an accepted source against the incumbent (the session's best of several noisy
         measurements is biased upwards): the Measurement the commit reports, or UserError if the incumbent fails."""
-        from autokernel.bench.measure import IncumbentFailed, measure as bench
+        from autokernel.bench.measure import IncumbentFailed
+        from autokernel.bench.measure import measure as bench
         digest = sha256(source)
         job = self.run_dir / f"confirm-{digest[:8]}"
         job.mkdir(parents=True, exist_ok=True)
@@ -231,7 +232,8 @@ def _pct(shapes: list) -> float | None:
 def measure(feedback: Feedback, op: str, path: Path, job: Path, cases: list[dict], policy: Policy,
             incumbent: Path) -> None:
     """Fill in the benchmark's figures: the target's kernels/<op>.py vs the candidate, A/B in the sandbox."""
-    from autokernel.bench.measure import IncumbentFailed, measure as bench
+    from autokernel.bench.measure import IncumbentFailed
+    from autokernel.bench.measure import measure as bench
     try:
         m = bench(op, [path], cases, policy, job, incumbent=incumbent)
     except IncumbentFailed as e:  # the environment, not the candidate: stop the session (exit 2)

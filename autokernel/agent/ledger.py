@@ -55,7 +55,8 @@ class Ledger:
         entry = {"sha256": fb.sha256, "op": fb.op, "device": self.device, "verdict": fb.verdict,
                  "reason": r.get("code"), "detail": line(r.get("detail") or fb.summary, 300),
                  "accepted": bool(fb.accepted), "speedup": fb.speedup, "speedup_ci": fb.speedup_ci,
-                 "pct_of_peak": fb.pct_of_peak, "implausible": bool(fb.implausible), "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                 "pct_of_peak": fb.pct_of_peak, "implausible": bool(fb.implausible),
+                 "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                  "run": run}
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.path, "a") as f:  # one write of one line: concurrent sessions append whole lines

@@ -184,7 +184,8 @@ def build(op: str, policy: AgentPolicy, trace: dict | None = None, kernel_file: 
         "overall": (f"The incumbent reaches {pct:.2f} % of the roofline over these shapes (call-weighted)."
                     if pct is not None else "No measured time for the incumbent yet: the first verdict gives it."),
         "max_iterations": policy.max_iterations, "max_tokens": policy.max_tokens, "max_usd": policy.max_usd,
-        "max_wall_s": policy.max_wall_s, "max_checks": policy.max_checks, "target_pct": round(100 * policy.target_fraction_of_peak, 1),
+        "max_wall_s": policy.max_wall_s, "max_checks": policy.max_checks,
+        "target_pct": round(100 * policy.target_fraction_of_peak, 1),
         "incumbent_pct": pct, "default_dtype": str(device.default_dtype()).removeprefix("torch."),
         "corpus": shapes, "allowlist": allowlist(), "device_facts": context.device_facts(),
         "call_sites": context.call_sites(op), "siblings": context.sibling_sources(op, path.parent),

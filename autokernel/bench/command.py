@@ -1,5 +1,6 @@
 """`autokernel bench OP [CANDIDATE.py ...] [--trace TRACE] [--json]`: exit 0 a candidate accepted; 1 none accepted, or
-the gate's static stage refuses a candidate (nothing is timed then); 2 bad input or an incumbent that cannot be timed."""
+the gate's static stage refuses a candidate (nothing is timed then); 2 bad input or an incumbent that cannot be
+timed."""
 from __future__ import annotations
 
 import json
@@ -10,7 +11,8 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from autokernel import device, paths, policy as policy_mod
+from autokernel import device, paths
+from autokernel import policy as policy_mod
 from autokernel.bench.measure import CPU_LABEL, FileResult, IncumbentFailed, Measurement, measure
 from autokernel.bench.stats import Interval
 from autokernel.bench.trace import shapes_from_trace

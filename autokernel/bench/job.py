@@ -53,7 +53,6 @@ own times or kept outputs. That can only flatter the file itself, never slow ano
 from __future__ import annotations
 
 import hashlib
-import os
 import random
 import resource
 import secrets
@@ -110,7 +109,8 @@ def derive(seed: int, *parts) -> int:
 
 
 def pool(spec, case: dict, seed: int, ci: int) -> list[dict]:
-    """The POOL input sets of case `ci`, on the CPU (moved to the device by the job; the parent uses them as they are)."""
+    """The POOL input sets of case `ci`, on the CPU (moved to the device by the job; the parent uses them as they
+    are)."""
     dtype = getattr(torch, case["dtype"])
     return [spec.make_inputs(case["shape"], dtype, "cpu", torch.Generator().manual_seed(derive(seed, ci, "pool", k)))
             for k in range(POOL)]

@@ -6,7 +6,8 @@ the same moment (they would share the device being measured): on CUDA one after 
 together and given turns of a quarter second by the parent, every other job of the round stopped meanwhile
 (autokernel.bench.lockstep: contention from other work on the machine then falls on every file alike). The order
 alternates A B / B A (ABBA over rounds; rotated when there are several candidates); each job times every shape
-`reps` times on inputs drawn from the round's seed, the same for every file of the round. The incumbent's figures therefore always come
+`reps` times on inputs drawn from the round's seed, the same for every file of the round. The incumbent's figures
+therefore always come
 from a process no candidate was ever loaded in: a candidate can neither wrap, patch nor slow the incumbent's kernel,
 nor damage its outputs (the bench would then blame the incumbent and end an agent session).
 
@@ -50,8 +51,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from autokernel import sandbox
 from autokernel import device as device_mod
+from autokernel import sandbox
 from autokernel.bench import job, lockstep, roofline
 from autokernel.bench.measure import CPU_LABEL, IncumbentFailed, Measurement, judge
 from autokernel.bench.stats import rse_of_median, se_of_weighted_log_ratio

@@ -23,8 +23,9 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+# executables that belong to the sandbox itself, not to the job's work
 LAUNCHERS = ("bwrap",)
-_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100  # executables that belong to the sandbox itself, not to the job's work
+_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
 @dataclass

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
-from autokernel.engine.gguf_model import GGUFModel, Q4_1, Q8_0
+from autokernel.engine.gguf_model import Q4_1, Q8_0, GGUFModel
 from autokernel.engine.optable import OpTable
 
 

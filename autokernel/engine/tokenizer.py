@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 import jinja2.sandbox
-from tokenizers import AddedToken, Tokenizer as HFTokenizer, decoders, models, pre_tokenizers
+from tokenizers import AddedToken, decoders, models, pre_tokenizers
+from tokenizers import Tokenizer as HFTokenizer
 
 from autokernel.errors import UserError
 

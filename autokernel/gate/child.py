@@ -49,6 +49,7 @@ if not torch.cuda.is_available():  # before triton is imported: kernels run thro
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from autokernel.gate.allowlist import ALLOC, COPY, LAUNCH_ONLY, POISONED, VIEW  # noqa: E402  (one table: static too)
+
 ALLOWED_OPS = ALLOC | VIEW | COPY | LAUNCH_ONLY | {"fill_"}  # by name: what the parent re-checks each call's ops for
 TRUSTED_MODULES = ("autokernel.ops", "autokernel.engine", "autokernel.bench", "kernels")
 INT_OF_SIZE = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
@@ -295,7 +296,8 @@ def _trusted_modules(own: str) -> set[str]:
 
 class Snapshot:
     def __init__(self, hook: LaunchHook | None):
-        self.flags, (self.ids, self.names), self.modules = _flags(), _identities(hook), _trusted_modules(hook.module_name if hook else "")
+        self.flags, (self.ids, self.names) = _flags(), _identities(hook)
+        self.modules = _trusted_modules(hook.module_name if hook else "")
         self.threads = threading.active_count()
         self.environ = dict(os.environ)
 
@@ -318,7 +320,7 @@ class Snapshot:
         return None
 
 
-# --- tensors ------------------------------------------------------------------------------------------------------------
+# --- tensors ----------------------------------------------------------------------------------------------------------
 
 def _tensors(kwargs: dict) -> dict[str, torch.Tensor]:
     return {k: v for k, v in kwargs.items() if isinstance(v, torch.Tensor)}
@@ -353,7 +355,7 @@ def _refill(a: dict, b: dict) -> dict:
     return {k: a[k] if isinstance(a[k], torch.Tensor) else b[k] for k in a}
 
 
-# --- one call -------------------------------------------------------------------------------------------------------------
+# --- one call ---------------------------------------------------------------------------------------------------------
 
 def _call(launcher, kwargs: dict, guard: Guard, hook: LaunchHook, where: str, kept: list[torch.Tensor]):
     inputs = _tensors(kwargs)

@@ -103,7 +103,6 @@ def show(v) -> None:
 
 def register(app) -> None:
     """Add `verify` to the autokernel typer app (autokernel.cli calls this)."""
-    from typing import Optional
 
     import typer
 

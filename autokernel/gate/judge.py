@@ -62,7 +62,8 @@ def records(data: Any, asked: list[dict]) -> dict[str, dict]:
     for rec in got:
         ok = isinstance(rec, dict) and rec.get("id") in wanted and rec["id"] not in out \
             and type(rec.get("launches")) is int and isinstance(rec.get("outputs"), bytes) \
-            and isinstance(rec.get("ops"), dict) and all(type(k) is str and type(n) is int for k, n in rec["ops"].items())
+            and isinstance(rec.get("ops"), dict) \
+            and all(type(k) is str and type(n) is int for k, n in rec["ops"].items())
         if not ok:
             raise Reject("runtime.incomplete", "the job returned a call record the gate did not ask for, twice, or "
                                                "malformed")

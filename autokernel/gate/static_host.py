@@ -16,9 +16,15 @@ import ast
 from typing import TYPE_CHECKING
 
 from autokernel.gate import allowlist as A
-from autokernel.gate.static_common import (check_annotation, check_arguments, in_compares, precision, shadows,
-                                           shape_special_cases)
-from autokernel.gate.static_kinds import ANY, DT, DV, G, INFO, META, S, SH, T, TENSORISH, TS, TYPE, Kinds, is_launch
+from autokernel.gate.static_common import (
+    check_annotation,
+    check_arguments,
+    in_compares,
+    precision,
+    shadows,
+    shape_special_cases,
+)
+from autokernel.gate.static_kinds import ANY, DT, DV, INFO, META, SH, TENSORISH, TS, TYPE, G, Kinds, S, T, is_launch
 
 if TYPE_CHECKING:
     from autokernel.gate.static import Facts
@@ -106,7 +112,7 @@ class _Host(Kinds):
                 continue  # the docstring
             self.stmt(s)
 
-    def stmt(self, s: ast.stmt) -> None:
+    def stmt(self, s: ast.stmt) -> None:  # noqa: C901 -- a dispatcher over statement kinds
         if isinstance(s, ast.Assign):
             if isinstance(s.value, ast.Lambda) and len(s.targets) == 1 and isinstance(s.targets[0], ast.Name):
                 self.bind(s.targets[0], self.grid_lambda(s.value), s)

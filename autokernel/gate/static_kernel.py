@@ -13,8 +13,15 @@ import ast
 from typing import TYPE_CHECKING
 
 from autokernel.gate import allowlist as A
-from autokernel.gate.static_common import (check_annotation, check_arguments, in_compares, name_why, narrow,
-                                           precision, shadows)
+from autokernel.gate.static_common import (
+    check_annotation,
+    check_arguments,
+    in_compares,
+    name_why,
+    narrow,
+    precision,
+    shadows,
+)
 
 if TYPE_CHECKING:
     from autokernel.gate.static import Facts

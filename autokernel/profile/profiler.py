@@ -96,7 +96,6 @@ def profile(workload_path: str | Path | None = None, kernels: str = "triton", we
     """Profile one workload; returns the run directory. `timed_per_shape` -1 means the device's default
     (every call on CUDA, CPU_TIMED_PER_SHAPE on the interpreter), None or 0 means every call."""
     import kernels as _kernels  # noqa: F401  sets TRITON_INTERPRET on CPU before triton is first imported
-
     from autokernel import device
     from autokernel.engine import open_engine
     from autokernel.profile import trace, workload

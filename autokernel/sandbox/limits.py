@@ -1,4 +1,5 @@
-"""Resource limits for one sandboxed job: rlimits set in the child just before exec, plus a cgroup where one can be made.
+"""Resource limits for one sandboxed job: rlimits set in the child just before exec, plus a cgroup where one can be
+made.
 
 Why both: RLIMIT_AS and RLIMIT_CPU are per process, and RLIMIT_NPROC counts per real uid and never binds root (the
 kernel exempts uid 0), so rlimits alone do not contain a fork bomb. A pids cgroup does, for any uid, and a memory

@@ -162,7 +162,7 @@ class Request:
 class FakeAPI:
     """`with FakeAPI(script) as api:` serves the replies in order on api.base_url; api.requests records the calls."""
 
-    def __init__(self, script: list[Reply], models: tuple[str, ...] = ("fake-model",),
+    def __init__(self, script: list[Reply], models: tuple[str, ...] = ("fake-model",),  # noqa: C901 -- one branch per wire route
                  models_reply: Reply | None = None):
         """`models`: what GET .../models lists (in both APIs' shapes); `models_reply` replaces that answer."""
         self.script, self.models, self.models_reply = list(script), models, models_reply
@@ -224,7 +224,7 @@ class FakeAPI:
                 self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
                 self.wfile.flush()
 
-            def do_GET(self):  # noqa: N802: both APIs list the models a key may use
+            def do_GET(self):  # noqa: N802 -- both APIs list the models a key may use
                 api.requests.append(Request(self.path, {k.lower(): v for k, v in self.headers.items()}, {}))
                 if api.models_reply is not None:
                     return self.send(api.models_reply)

@@ -41,7 +41,8 @@ def test_cheat_rejected_then_faster_kernel_accepted(tmp_path, rmsnorm_prompt, ke
     cache = {"type": "ephemeral"}  # tools + system, and the conversation so far, are marked for prompt caching
     assert first["stream"] is True and first["model"] == "claude-test"
     assert first["system"] == [{"type": "text", "text": rmsnorm_prompt.system, "cache_control": cache}]
-    assert [t["name"] for t in first["tools"]] == ["read_kernel", "read_spec", "check_candidate", "submit_candidate", "finish"]
+    assert [t["name"] for t in first["tools"]] == [
+        "read_kernel", "read_spec", "check_candidate", "submit_candidate", "finish"]
     assert first["tools"][2]["input_schema"]["required"] == ["source"]
     assert first["messages"] == [{"role": "user", "content": [{"type": "text", "text": rmsnorm_prompt.task,
                                                                "cache_control": cache}]}]

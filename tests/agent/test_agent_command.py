@@ -13,7 +13,6 @@ from autokernel.agent.command import agent_command, run_session
 from autokernel.errors import UserError
 from autokernel.policy import Policy
 
-
 SLOW_RMSNORM = Path(__file__).parents[1] / "run" / "slow_rmsnorm.py"  # a BLOCK_N literal the search can tune
 
 

@@ -3,12 +3,12 @@ the op, and sibling kernels from the target checkout."""
 from types import SimpleNamespace
 
 import torch
+from agent_helpers import INCUMBENT
 
 from autokernel import device
 from autokernel.agent import context
 from autokernel.agent.prompt import build
 from autokernel.policy import Agent
-from agent_helpers import INCUMBENT
 
 
 def test_rmsnorm_prompt_has_call_site_sibling_and_device_facts(tmp_path, monkeypatch):

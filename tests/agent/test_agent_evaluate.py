@@ -8,8 +8,7 @@ import pytest
 from agent_helpers import CHEAT, GOOD, INCUMBENT
 
 import autokernel.bench.measure as bench_measure
-from autokernel import gate
-from autokernel import paths
+from autokernel import gate, paths
 from autokernel.agent.evaluate import Feedback, SandboxEvaluator, from_verdict, gate_record, sha256
 from autokernel.bench.measure import FileResult, IncumbentFailed, Measurement, ShapeResult
 from autokernel.bench.stats import Interval
@@ -230,6 +229,7 @@ def test_a_timeout_under_the_capped_limit_is_the_clock_not_a_rejection(tmp_path,
 
 def test_the_loop_ends_as_spent_budget_when_the_evaluator_times_out(tmp_path, timed):
     from agent_helpers import ScriptedModel, turn
+
     from autokernel.agent.loop import Session
     from autokernel.agent.prompt import build
     from autokernel.policy import Agent

@@ -5,7 +5,7 @@ import json
 import pytest
 from agent_helpers import CHEAT, GOOD, ScriptedModel, StubEvaluator, turn
 
-from autokernel.agent.evaluate import Feedback, from_verdict, sha256
+from autokernel.agent.evaluate import from_verdict, sha256
 from autokernel.agent.loop import Session
 from autokernel.agent.providers import ModelError, ModelUnavailable
 from autokernel.errors import UserError

@@ -37,8 +37,8 @@ def test_cheat_rejected_then_faster_kernel_accepted(tmp_path, rmsnorm_prompt, ke
     assert first["max_tokens"] == Agent().max_output_tokens  # base_url: the field every compatible server reads
     assert first["messages"][:2] == [{"role": "system", "content": rmsnorm_prompt.system},
                                      {"role": "user", "content": rmsnorm_prompt.task}]
-    assert [t["function"]["name"] for t in first["tools"]] == ["read_kernel", "read_spec", "check_candidate", "submit_candidate",
-                                                                "finish"]
+    assert [t["function"]["name"] for t in first["tools"]] == [
+        "read_kernel", "read_spec", "check_candidate", "submit_candidate", "finish"]
     second = reqs[1].body["messages"]
     assert second[2]["tool_calls"] == [{"id": "call_0", "type": "function", "function": {
         "name": "submit_candidate", "arguments": json.dumps({"source": CHEAT})}}]

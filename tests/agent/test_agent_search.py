@@ -11,8 +11,7 @@ from agent_helpers import INCUMBENT, PLANTED
 from autokernel.agent.evaluate import Feedback, SandboxEvaluator, sha256
 from autokernel.agent.loop import Session
 from autokernel.agent.prompt import Prompt, build
-from autokernel.agent.search import (MAX_TILE_ELEMENTS, SearchModel, apply, coordinate_descent, find_knobs,
-                                     grid_size)
+from autokernel.agent.search import MAX_TILE_ELEMENTS, SearchModel, apply, coordinate_descent, find_knobs, grid_size
 from autokernel.policy import Agent, Policy
 
 KERNELS = Path(__file__).resolve().parents[2] / "kernels"
@@ -167,7 +166,8 @@ def test_blocks_bound_to_a_name_are_knobs():
     knobs = find_knobs(in_launcher, launch_options=False)
     assert [(k.name, k.value) for k in knobs] == [("BLOCK_N", 256)]
     out = apply(in_launcher, knobs, {"BLOCK_N": 1024})
-    assert "    BLOCK_N = 1024\n" in out and "BLOCK_N=BLOCK_N)" in out and out.count("1024") == PLANTED.count("1024") + 1
+    assert "    BLOCK_N = 1024\n" in out and "BLOCK_N=BLOCK_N)" in out
+    assert out.count("1024") == PLANTED.count("1024") + 1
     at_module = PLANTED.replace("eps, BLOCK_N=256)", "eps, BLOCK_N=CHUNK)").replace(
         "\n\n@triton.jit", "\nCHUNK = 256\n\n\n@triton.jit", 1)
     assert [(k.name, k.value) for k in find_knobs(at_module, launch_options=False)] == [("BLOCK_N", 256)]

@@ -173,7 +173,8 @@ def test_the_watcher_names_a_process_the_job_started(tmp_path):
     with Watch(interval_s=0.02) as w:
         subprocess.run([sys.executable, "-c", code], check=True)
     assert w.stats.extra and w.stats.max_processes == 2, w.stats
-    assert w.stats.cpu_s > 0.1  # the busy child's CPU time is the job's (0.6 s busy; a loaded 2-core machine gives it ~1/3)
+    # the busy child's CPU time is the job's (0.6 s busy; a loaded 2-core machine gives it ~1/3)
+    assert w.stats.cpu_s > 0.1
     with Watch(interval_s=0.02) as w:
         subprocess.run([sys.executable, "-c", "import time; time.sleep(0.3)"], check=True)
     assert w.stats.extra == [] and w.stats.max_processes == 1 and w.stats.samples > 3

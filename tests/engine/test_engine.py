@@ -1,6 +1,5 @@
 """The live engine: Triton kernels vs torch references end to end, batching, sampling, and the real answer."""
 import pytest
-import torch
 
 from autokernel.engine import open_engine
 from autokernel.engine.divergence import divergence, longest_run

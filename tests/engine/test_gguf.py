@@ -4,11 +4,11 @@ import sys
 
 import numpy as np
 import pytest
+import tiny_gguf
 import torch
 from gguf import GGMLQuantizationType as Q
 from gguf import GGUFReader, quants
 
-import tiny_gguf
 from autokernel.engine.gguf_model import Q4_1, Q8_0, embedded_model_path, load
 from autokernel.errors import UserError
 

@@ -5,9 +5,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from autokernel.errors import UserError
 from autokernel.gate import command, numeric
 from autokernel.gate.command import load_trace_shapes, verify_command
-from autokernel.errors import UserError
 
 FIXTURES = Path(__file__).parent / "fixtures" / "rmsnorm"
 PROJECT = Path(__file__).resolve().parents[2]

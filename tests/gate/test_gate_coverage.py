@@ -11,11 +11,11 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import torch
+from gate_fixtures import QUICK_DTYPES, QUICK_SHAPES, fixtures
 
 from autokernel.gate import schedule, thresholds, verify
 from autokernel.ops import get
 from autokernel.policy import Policy
-from gate_fixtures import QUICK_DTYPES, QUICK_SHAPES, fixtures
 
 COV = [f for f in fixtures() if f.path.stem.startswith("cov_")]
 

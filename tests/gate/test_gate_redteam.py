@@ -2,7 +2,8 @@
 
 Fixtures the static stage rejects are checked in test_gate_static.py (no sandbox needed). Here each remaining
 fixture goes through the whole gate (sandbox included) on a quick case grid (one traced shape plus the unseen ones,
-float32, the distributions its header asks for); fixtures with a `runtime-expect` header also go through the runtime and numeric stages with the static
+float32, the distributions its header asks for); fixtures with a `runtime-expect` header also go through the runtime
+and numeric stages with the static
 stage skipped, to show the second line of defence holds on its own. Jobs run two at a time.
 """
 from __future__ import annotations
@@ -12,12 +13,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from gate_fixtures import QUICK_DTYPES, QUICK_SHAPES, fixtures
 
-from autokernel.gate import StageResult, Verdict, verify
-from autokernel.gate import judge, numeric, schedule
+from autokernel.gate import StageResult, Verdict, judge, numeric, schedule, verify
 from autokernel.ops import get
 from autokernel.policy import Policy
-from gate_fixtures import QUICK_DTYPES, QUICK_SHAPES, fixtures
 
 PROJECT = Path(__file__).resolve().parents[2]
 DYNAMIC = [f for f in fixtures() if not f.expect.startswith("static.")]
@@ -201,7 +201,7 @@ def test_broken_eager_does_not_make_the_tolerance_unfailable():
     judge.judge_call([right], [eager], [ref64], {}, "test", {})
 
 
-# --- the call schedule (no sandbox) ------------------------------------------------------------------------------------
+# --- the call schedule (no sandbox) -----------------------------------------------------------------------------------
 
 def test_calls_are_interleaved_in_a_secret_order_that_keeps_each_cases_own():
     import random

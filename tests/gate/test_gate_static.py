@@ -2,10 +2,10 @@
 from pathlib import Path
 
 import pytest
+from gate_fixtures import fixtures
 
 from autokernel.gate import allowlist, static
 from autokernel.gate.static import check_file, check_source, find
-from gate_fixtures import fixtures
 
 KERNELS = Path(__file__).resolve().parents[2] / "kernels"
 
@@ -362,7 +362,8 @@ def test_decorator_grammar():
     def deco(text: str) -> list[str]:
         return reasons(HEAD.replace("@triton.jit\n", text + "@triton.jit\n") + launcher("return y")[len(HEAD):])
 
-    assert deco("@triton.autotune(configs=[triton.Config({'BLOCK': 64}, num_warps=4, num_stages=2)], key=['N'])\n") == []
+    config = "triton.Config({'BLOCK': 64}, num_warps=4, num_stages=2)"
+    assert deco(f"@triton.autotune(configs=[{config}], key=['N'])\n") == []
     assert deco("@triton.heuristics({'EVEN': lambda args: args['N'] % args['BLOCK'] == 0})\n") == []
     for bad, reason in [
         ("@triton.autotune(configs=[triton.Config({}, num_warps=4)], key=['N'], reset_to_zero=['y_ptr'])\n",

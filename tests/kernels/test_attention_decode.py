@@ -1,10 +1,10 @@
 import pytest
 import torch
+from opcheck import check
 
 from autokernel.ops import get
 from autokernel.ops.spec import upcast
 from autokernel.ops.tolerance import compare
-from opcheck import check
 
 SPEC = get("attention_decode")
 

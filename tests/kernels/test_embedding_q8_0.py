@@ -1,11 +1,11 @@
 import pytest
 import torch
+from opcheck import check
 
 from autokernel.ops import get
 from autokernel.ops.spec import upcast
 from autokernel.ops.tolerance import compare
 from kernels.embedding_q8_0 import embedding_q8_0
-from opcheck import check
 
 SPEC = get("embedding_q8_0")
 

@@ -1,11 +1,11 @@
 import pytest
 import torch
+from opcheck import check
 
 from autokernel.ops import get
 from autokernel.ops.matmul_q4_1 import dequantize
 from autokernel.ops.spec import upcast
 from autokernel.ops.tolerance import compare
-from opcheck import check
 
 SPEC = get("matmul_q4_1")
 

@@ -1,8 +1,8 @@
 import pytest
 import torch
+from opcheck import check
 
 from autokernel.ops import get
-from opcheck import check
 
 SPEC = get("rmsnorm")
 

@@ -1,11 +1,11 @@
 import pytest
 import torch
+from opcheck import check
 
 from autokernel.ops import get
 from autokernel.ops.spec import upcast
 from autokernel.ops.tolerance import compare
 from kernels.rope import rope
-from opcheck import check
 
 SPEC = get("rope")
 
