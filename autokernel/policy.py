@@ -113,6 +113,16 @@ class Agent(_Section):
     max_check_s: float = Field(120.0, ge=0)
     """Wall-clock seconds all check_candidate calls of a session may take together (each is also cut at the
     session's own deadline, agent.max_wall_s): checks must not eat the time submissions need."""
+    workers: int = Field(1, ge=1, le=64)
+    """Independent model conversations on one op at once (autokernel/agent/workers.py): worker i gets seed i (the
+    offline search) or its own sample of the LLM, its own transcript and the per-session budgets above (max_wall_s is
+    one deadline they share, so N workers may spend up to N x max_usd / max_tokens). Their candidates are gated in
+    parallel sandbox slots (sandbox.slots: one per GPU, pinned, or one per core), benchmarked one at a time, judged
+    once per source across workers, and the best accepted one is delivered. 1 runs the single session."""
+    early_success: bool = True
+    """With workers > 1: once any worker has an accepted candidate (it cleared bench.min_speedup), the others stop
+    at their next turn (KernelAgent's early success) and the winner's session goes on to its own end; false lets
+    every worker spend its whole budget, and the best accepted candidate still wins."""
     prices: dict[str, tuple[float, float]] = {}
     """USD per million [input, output] tokens by model name (prefix match), over the built-in table in
     autokernel/agent/prices.yaml; a model in neither is budgeted at a deliberately high rate."""

@@ -10,11 +10,14 @@ retries a delivery that failed (git refused) from the evidence the run already w
 """
 from __future__ import annotations
 
+import contextlib
 import datetime
 import difflib
+import itertools
 import json
 import secrets
 import sys
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
@@ -76,21 +79,34 @@ class Context:
     console: Console
     yes: bool = False
     interactive: bool = False
+    executor: object | None = None  # where gate jobs run with agent.workers > 1 (agent/workers.py); None: local slots
 
 
 class Shown:
-    """The evaluator, with each verdict printed as it comes (escaped: the detail is the candidate's doing)."""
+    """The evaluator, with each verdict printed as it comes (escaped: the detail is the candidate's doing). Parallel
+    workers (agent.workers) call it from several threads: one spinner at a time (rich allows one live display)."""
 
     def __init__(self, inner, console: Console):
-        self.inner, self.console, self.n = inner, console, 0
+        self.inner, self.console, self.n, self.live = inner, console, itertools.count(1), threading.Lock()
+
+    @contextlib.contextmanager
+    def status(self, text: str):
+        mine = self.live.acquire(blocking=False)
+        try:
+            with self.console.status(text) if mine else contextlib.nullcontext():
+                yield
+        finally:
+            if mine:
+                self.live.release()
 
     def evaluate(self, op: str, source: str, time_left_s: float | None = None):
         from autokernel.agent.loop import with_time_left
-        self.n += 1
-        with self.console.status(f"[cyan]{op}[/]: candidate {self.n}: sandbox → gate → bench …"):
-            fb = with_time_left(self.inner.evaluate)(op, source, time_left_s=time_left_s)
+        with self.status(f"[cyan]{op}[/]: candidate {next(self.n)}: sandbox → gate → bench …"):
+            return self.shown(with_time_left(self.inner.evaluate)(op, source, time_left_s=time_left_s))
+
+    def shown(self, fb):
         colour = "green" if fb.accepted else "red" if fb.verdict != "accepted" else "yellow"
-        self.console.print(f"  [cyan]{op}[/] candidate {fb.sha256[:8]}: [{colour}]{markup(fb.summary, 400)}[/]")
+        self.console.print(f"  [cyan]{fb.op}[/] candidate {fb.sha256[:8]}: [{colour}]{markup(fb.summary, 400)}[/]")
         return fb
 
     def __getattr__(self, name: str):  # the inner evaluator's other abilities (check_candidate's .check) pass through
@@ -99,6 +115,26 @@ class Shown:
     def confirm(self, op: str, source: str):
         with self.console.status(f"[cyan]{op}[/]: confirming the win with a fresh benchmark …"):
             return self.inner.confirm(op, source)
+
+
+class ShownStaged(Shown):
+    """Shown, for an evaluator whose gate and bench are callable apart (agent/evaluate.py): what workers need."""
+
+    def gate(self, op: str, source: str, time_left_s: float | None = None):
+        from autokernel.agent.loop import with_time_left
+        with self.status(f"[cyan]{op}[/]: candidate {next(self.n)}: sandbox → gate …"):
+            fb = with_time_left(self.inner.gate)(op, source, time_left_s=time_left_s)
+        return fb if fb.verdict == "accepted" else self.shown(fb)
+
+    def bench(self, op: str, source: str, feedback, time_left_s: float | None = None):
+        from autokernel.agent.loop import with_time_left
+        with self.status(f"[cyan]{op}[/]: candidate {feedback.sha256[:8]} passed the gate: bench …"):
+            return self.shown(with_time_left(self.inner.bench)(op, source, feedback, time_left_s=time_left_s))
+
+
+def shown(inner, console: Console) -> Shown:
+    staged = callable(getattr(inner, "gate", None)) and callable(getattr(inner, "bench", None))
+    return (ShownStaged if staged else Shown)(inner, console)
 
 
 def sandbox_evaluator(op_dir: Path, policy, trace: str | None, layout: paths.Layout):
@@ -123,10 +159,10 @@ def work_on(op: str, state: RunState, ctx: Context) -> OpOutcome:
 
     incumbent = command.check_op(op, ctx.policy, ctx.layout)
     op_dir = state.run_dir / op
-    evaluator = Shown(ctx.make_evaluator(op_dir, ctx.policy, state.trace, ctx.layout), ctx.console)
+    evaluator = shown(ctx.make_evaluator(op_dir, ctx.policy, state.trace, ctx.layout), ctx.console)
     result, session = command.start(op, ctx.settings, ctx.llm, evaluator, op_dir, trace=state.trace,
                                     kernel_file=incumbent, echo=lambda s: ctx.console.print(markup(s)),
-                                    ledger=Ledger.of(ctx.layout))
+                                    ledger=Ledger.of(ctx.layout), bench=ctx.policy.bench, executor=ctx.executor)
     if result.error and result.best is None:
         return OpOutcome(op, "model_error", f"the model could not be used: {line(result.error, 300)}; "
                          f"{result.submitted} candidate(s) before it failed", error=line(result.error, 300))
@@ -144,7 +180,7 @@ def _deliver_best(op: str, result, session, evaluator, incumbent: Path, op_dir: 
 
     pol, console = ctx.policy, ctx.console
     u = result.usage
-    provenance = {"agent": ctx.settings.provider, "model": ctx.llm.name, "candidates": result.submitted,
+    provenance = {"agent": ctx.settings.provider, "model": session.model.name, "candidates": result.submitted,
                   "tokens": u["input_tokens"] + u["output_tokens"], "usd": f"{u['usd']:.4f}"}
     if result.best is None:
         return OpOutcome(op, "no_improvement", f"{result.status}: {line(result.detail, 200)}; {result.submitted} "

@@ -5,7 +5,8 @@ share, so the session a commit comes from is the session the tests drive.
     make_model(settings, bench=policy.bench) -> the Model; building it checks the provider, the API key and
     --base-url (exit 2), so
                             callers build it before any slow step (profiling)
-    start(op, ...) -> (Result, Session): the session itself, with the model and evaluator injected
+    start(op, ...) -> (Result, Session): the session itself (or agent.workers of them: agent/workers.py), with the
+                            model(s) and evaluator injected
     run_session(...) -> Result, with a printed summary; agent_command(...) -> exit code 0 (a win) or 1 (none)
 Bad input or environment (no key, unreachable server, protected op, missing kernel file, bad trace) is a UserError
 (exit 2).
@@ -66,18 +67,36 @@ def agent_settings(policy: policy_mod.Policy, agent: str | None, model: str | No
         raise UserError(f"--agent {agent!r}: use search, anthropic or openai ({why})") from None
 
 
-def start(op: str, settings: policy_mod.Agent, llm: Model, evaluator: Evaluator, run_dir: Path, *,
+def worker_models(llm: Model | list[Model], settings: policy_mod.Agent,
+                  bench: policy_mod.Bench | None = None) -> list[Model]:
+    """One model per worker (agent.workers): the given one(s) first (a list: tests), then make_model with seed i."""
+    given = list(llm) if isinstance(llm, (list, tuple)) else [llm]
+    return given[:settings.workers] + [make_model(settings, seed=i, bench=bench)
+                                       for i in range(len(given), settings.workers)]
+
+
+def start(op: str, settings: policy_mod.Agent, llm: Model | list[Model], evaluator: Evaluator, run_dir: Path, *,
           trace: str | Path | None = None, kernel_file: Path | None = None, echo=print,
-          ledger: Ledger | None = None) -> tuple[Result, Session]:
-    """Run one session; the Session comes back too (its messages hold the model's own account of its work)."""
+          ledger: Ledger | None = None, bench: policy_mod.Bench | None = None,
+          executor=None) -> tuple[Result, Session]:
+    """Run one session, or agent.workers sessions at once (agent/workers.py: `executor` takes the gate jobs, default
+    this machine's sandbox slots); the Session that found the best candidate comes back too (its messages hold the
+    model's own account of its work)."""
     trace_data = None
     if trace is not None:
         from autokernel.profile.trace import load_trace
         trace_data = load_trace(trace)
     prompt = prompt_mod.build(op, settings, trace_data, kernel_file=kernel_file)
-    echo(f"agent: {llm.name} on {op}; budget {settings.max_iterations} candidates, {settings.max_tokens} "
+    models = worker_models(llm, settings, bench)
+    if len(models) > 1:
+        from autokernel.agent import workers
+        echo(f"agent: {len(models)} workers ({', '.join(m.name for m in models)}) on {op}; budget per worker "
+             f"{settings.max_iterations} candidates, {settings.max_tokens} tokens, ${settings.max_usd:g}; "
+             f"{settings.max_wall_s:g} s; transcripts {run_dir}/worker-*/")
+        return workers.run(op, models, evaluator, prompt, settings, run_dir, ledger=ledger, executor=executor)
+    echo(f"agent: {models[0].name} on {op}; budget {settings.max_iterations} candidates, {settings.max_tokens} "
          f"tokens, ${settings.max_usd:g}, {settings.max_wall_s:g} s; transcript {run_dir / 'transcript.json'}")
-    session = Session(op, llm, evaluator, prompt, settings, run_dir, ledger=ledger)
+    session = Session(op, models[0], evaluator, prompt, settings, run_dir, ledger=ledger)
     return session.run(), session
 
 
@@ -119,7 +138,7 @@ def run_session(op: str, agent: str | None = None, model: str | None = None, bas
     if evaluator is None:
         evaluator, ledger = SandboxEvaluator(run_dir, policy, trace=trace, layout=layout), ledger or Ledger.of(layout)
     result, _ = start(op, settings, the_model, evaluator, run_dir, trace=trace, kernel_file=kernel_file, echo=echo,
-                      ledger=ledger)
+                      ledger=ledger, bench=policy.bench)
     echo(summary(result))
     return result
 

@@ -3,7 +3,9 @@
 The Evaluator is a Protocol so the loop can be tested with a stub; the real one writes the candidate to
 sandbox/<run>/<sha8>/<op>.py, runs autokernel.gate.verify and then the benchmark (both run candidate code only in
 the sandbox), and answers with Feedback: the same facts a person reviewing the candidate would read. A source
-already evaluated (same sha256) is answered from memory, never evaluated again.
+already evaluated (same sha256) is answered from memory, never evaluated again. Its two halves are also callable
+apart, gate() and bench(), so parallel workers (autokernel/agent/workers.py) can gate several candidates at once and
+still time them one at a time.
 
 Given `time_left_s` (the session's deadline, autokernel/agent/loop.py), an evaluation never plans past it: the gate's
 sandbox jobs run under sandbox.timeout_s capped at the time left, the bench's max_time_s likewise, a bench that cannot
@@ -13,6 +15,7 @@ candidate's fault) raises the built-in TimeoutError, which ends the session as s
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import time
 from dataclasses import asdict, dataclass, field, replace
@@ -129,6 +132,7 @@ class SandboxEvaluator:
         self.layout = layout or paths.target()
         self.seen: dict[str, Feedback] = {}
         self.clock = clock
+        self._checks = itertools.count(1)
 
     def cases(self, op: str) -> list[dict]:
         """[{shape, calls, dtype}] as the benchmark takes them."""
@@ -142,6 +146,16 @@ class SandboxEvaluator:
         digest = sha256(source)
         if digest in self.seen:
             return replace(self.seen[digest], duplicate=True)
+        deadline = None if time_left_s is None else self.clock() + time_left_s
+        feedback = self.gate(op, source, time_left_s)
+        if feedback.verdict != "accepted":
+            return feedback
+        return self.bench(op, source, feedback, None if deadline is None else deadline - self.clock())
+
+    def gate(self, op: str, source: str, time_left_s: float | None = None) -> Feedback:
+        """The gate's verdict alone, not yet timed. Gates of different sources may run at once (each on its own
+        sandbox slot: autokernel/agent/workers.py); timings may not, so the benchmark is the separate bench()."""
+        digest = sha256(source)
         deadline = None if time_left_s is None else self.clock() + time_left_s
         policy = capped(self.policy, self._left(deadline, f"{digest[:8]}: no time left for the gate"))
         job = self.run_dir / digest[:8]
@@ -158,16 +172,29 @@ class SandboxEvaluator:
                 r["code"] == "sandbox.timeout" for r in feedback.reasons):
             raise TimeoutError(f"{digest[:8]}: a gate job hit the deadline-capped limit of "
                                f"{policy.sandbox.timeout_s:.3g} s (the session's clock, not the candidate's fault)")
-        if verdict.accepted:
-            left = self._left(deadline, f"{digest[:8]} passed the gate with no time left for its benchmark")
-            need = bench_floor_s(self.policy)
-            if left is not None and left < need:
-                raise TimeoutError(f"{digest[:8]} passed the gate; its benchmark needs at least ~{need:.3g} s "
-                                   f"({self.policy.bench.rounds} rounds) and {left:.3g} s are left")
-            measure(feedback, op, path, job, self.cases(op), capped(self.policy, left), self.layout.kernel_file(op))
-        (job / "feedback.json").write_text(json.dumps(feedback.to_dict(), indent=1, default=str) + "\n")
-        self.seen[digest] = feedback
+        if not verdict.accepted:
+            self._keep(job, feedback)
         return feedback
+
+    def bench(self, op: str, source: str, feedback: Feedback, time_left_s: float | None = None) -> Feedback:
+        """The benchmark of a source gate() accepted, filling in `feedback`'s figures: one at a time on a device
+        (the caller's job when several sessions share it)."""
+        digest, path = feedback.sha256, Path(feedback.path)
+        left = self._left(None if time_left_s is None else self.clock() + time_left_s,
+                          f"{digest[:8]} passed the gate with no time left for its benchmark")
+        need = bench_floor_s(self.policy)
+        if left is not None and left < need:
+            raise TimeoutError(f"{digest[:8]} passed the gate; its benchmark needs at least ~{need:.3g} s "
+                               f"({self.policy.bench.rounds} rounds) and {left:.3g} s are left")
+        measure(feedback, op, path, path.parent, self.cases(op), capped(self.policy, left),
+                self.layout.kernel_file(op))
+        self._keep(path.parent, feedback)
+        return feedback
+
+    def _keep(self, job: Path, feedback: Feedback) -> None:
+        """The final verdict: written beside the candidate, and remembered (the same source is never judged twice)."""
+        (job / "feedback.json").write_text(json.dumps(feedback.to_dict(), indent=1, default=str) + "\n")
+        self.seen[feedback.sha256] = feedback
 
     def check(self, op: str, source: str, time_left_s: float | None = None) -> dict:
         """check_candidate's sandboxed part (autokernel/agent/check.py): static + a narrowed numeric check on the
@@ -176,8 +203,7 @@ class SandboxEvaluator:
         from autokernel.agent.check import quick_check
         if time_left_s is not None and time_left_s <= 0:
             raise TimeoutError("no time left for a check")
-        self.checks = getattr(self, "checks", 0) + 1
-        job = self.run_dir / "checks" / f"{self.checks:03d}-{sha256(source)[:8]}"
+        job = self.run_dir / "checks" / f"{next(self._checks):03d}-{sha256(source)[:8]}"  # atomic under threads
         shapes = [c["shape"] for c in self.cases(op)]
         return quick_check(op, source, job, capped(self.policy, time_left_s), self.layout.kernels, shapes)
 

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import threading
 import time
 from pathlib import Path
 from typing import Optional
@@ -29,6 +31,7 @@ import typer
 from autokernel import device, paths
 from autokernel.untrusted import line
 
+_APPEND = threading.Lock()
 FIELDS = ("sha256", "op", "device", "verdict", "reason", "detail", "accepted", "speedup", "speedup_ci", "time")
 
 
@@ -59,8 +62,15 @@ class Ledger:
                  "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                  "run": run}
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.path, "a") as f:  # one write of one line: concurrent sessions append whole lines
-            f.write(json.dumps(entry, default=str) + "\n")
+        data = (json.dumps(entry, default=str) + "\n").encode()
+        # One write(2) of one whole line on an O_APPEND descriptor: parallel workers (threads, under the lock) and
+        # concurrent runs (processes) each append whole lines, never interleaved halves.
+        with _APPEND:
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                os.write(fd, data)
+            finally:
+                os.close(fd)
 
     def entries(self, op: str | None = None, this_device: bool = True) -> list[dict]:
         if not self.path.is_file():

@@ -10,8 +10,9 @@ set: an environment failure, never "no improvement".
 
 Tools: read_kernel and read_spec are answered from the prompt; check_candidate (a quick sandboxed look at a draft,
 budgeted apart from submissions) is handled in check.py; submit_candidate goes to the Evaluator, unless the same
-source was judged before: in this session (a duplicate) or, with a Ledger, in an earlier run on this device
-(ledger.py). Neither is counted, and every new judgement is added to the ledger.
+source was judged before: in this session or by another worker on the op (a duplicate) or, with a Ledger, in an
+earlier run on this device (ledger.py). None is counted, and every new judgement is added to the ledger. With
+agent.workers > 1 several Sessions share one evaluator (workers.py); `stop_early` ends this one when another wins.
 """
 from __future__ import annotations
 
@@ -47,6 +48,10 @@ class LimitReached(Stop):
     status = "limit"  # submissions, tokens, USD or wall time spent
 
 
+class EarlySuccess(Stop):
+    status = "early_success"  # another worker on this op has an accepted candidate (agent/workers.py)
+
+
 @dataclass
 class Candidate:
     source: str
@@ -56,7 +61,7 @@ class Candidate:
 @dataclass
 class Result:
     op: str
-    status: str  # finished | target_reached | limit | model_error | error
+    status: str  # finished | target_reached | limit | early_success | model_error | error
     detail: str
     best: Candidate | None  # the accepted candidate with the highest weighted speedup, or none
     transcript: Path
@@ -78,9 +83,10 @@ def with_time_left(fn):
 
 class Session:
     def __init__(self, op: str, model: Model, evaluator: Evaluator, prompt: Prompt, policy: AgentPolicy,
-                 run_dir: str | Path, clock=time.monotonic, ledger: Ledger | None = None):
+                 run_dir: str | Path, clock=time.monotonic, ledger: Ledger | None = None, stop_early=None):
         self.op, self.model, self.evaluator, self.prompt, self.policy = op, model, evaluator, prompt, policy
         self.ledger = ledger  # earlier runs' judgements (agent/ledger.py): shown first, never re-evaluated
+        self.stop_early = stop_early  # () -> why another worker's win ends this session, or None (agent/workers.py)
         self.query, self.evaluate = with_time_left(model.query), with_time_left(evaluator.evaluate)
         self.transcript = Path(run_dir) / "transcript.json"
         self.tools, self.replies = tools_file()["tools"], tools_file()["replies"]
@@ -139,6 +145,8 @@ class Session:
         p, best, n = self.policy, self.best, len(self.candidates)
         if self.finished is not None:
             raise Finished(self.finished)
+        if self.stop_early and (why := self.stop_early()):
+            raise EarlySuccess(why)
         if best and (best.feedback.pct_of_peak or 0) >= 100 * p.target_fraction_of_peak:
             raise TargetReached(f"{best.feedback.sha256[:8]} reached {best.feedback.pct_of_peak:.1f} % of peak "
                                 f"(target {100 * p.target_fraction_of_peak:g} %)")
@@ -166,6 +174,9 @@ class Session:
                 raise self.out_of_time(f"during a check: {e}") from None
         if name != "submit_candidate":
             return self.replies["unknown_tool"].format(name=name)
+        return self.submit(args)
+
+    def submit(self, args: dict) -> str:
         source = args.get("source")
         if not isinstance(source, str) or not source.strip():
             return self.replies["no_source"]
@@ -183,6 +194,8 @@ class Session:
             feedback = self.evaluate(self.op, source, time_left_s=self.time_left_s())
         except TimeoutError as e:
             raise self.out_of_time(f"during an evaluation: {e}") from None
+        if feedback.duplicate:  # another worker's judgement of the same source (agent/workers.py): not counted
+            return self.feedback(feedback)
         self.candidates.append(Candidate(source, feedback))
         if self.ledger:
             self.ledger.record(feedback, run=self.transcript.parent.name)

@@ -3,9 +3,14 @@
 Each job gets its own Triton cache inside its own private scratch directory (run() sets TRITON_CACHE_DIR there), never
 one per slot: a writable cache shared by consecutive jobs would let one candidate plant compiled kernels (for the
 incumbent's kernel, say) that the next job loads.
+
+`with pinned(slot):` makes every sandboxed job started in that thread (a whole gate: autokernel/agent/workers.py)
+run with the slot's environment, without threading an argument through the gate's stages.
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import os
 import queue
 from concurrent.futures import ThreadPoolExecutor
@@ -21,6 +26,24 @@ if TYPE_CHECKING:
 class Slot:
     index: int
     env: dict  # environment overrides for jobs in this slot (device pin, threads)
+
+
+_PINNED: contextvars.ContextVar[dict | None] = contextvars.ContextVar("autokernel_slot_env", default=None)
+
+
+@contextlib.contextmanager
+def pinned(slot: Slot):
+    """Jobs sandbox.run starts in this thread (and its context) get the slot's env (device pin, threads)."""
+    token = _PINNED.set(dict(slot.env))
+    try:
+        yield slot
+    finally:
+        _PINNED.reset(token)
+
+
+def pinned_env() -> dict:
+    """The env of the slot this thread is pinned to ({} when none): what sandbox.run lays under its own `env`."""
+    return dict(_PINNED.get() or {})
 
 
 def _visible_gpus() -> list[str]:

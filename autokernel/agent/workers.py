@@ -1,0 +1,199 @@
+"""agent.workers: N independent model conversations on one op, sharing one judge (issue 13; KernelAgent's parallel
+workers with early success).
+
+Each worker is a plain Session (loop.py) with its own model (worker i: seed i for the offline search; an LLM samples
+on its own and is told it is one of N), its own budgets and its own transcript (<op_dir>/worker-<i>/). They share a
+Judge, the evaluator every worker's Session sees:
+
+  - one judgement per source across workers: a source another worker submitted is answered with that verdict
+    (a duplicate: not counted, not ledgered again), waiting for it while it is still being judged;
+  - the gate runs on a sandbox slot through an executor (gate_pool: one slot per GPU, pinned, or one per core;
+    autokernel/sandbox/slots.py), several gates at once;
+  - the benchmark runs one at a time (a lock): timings on the device never overlap;
+  - early success (agent.early_success): once a worker has an accepted candidate, the others stop at their next
+    turn.
+
+The best accepted candidate over all workers wins; run.work_on confirms and delivers it by its one path. Threads are
+enough here: the parent's work is waiting (model calls are I/O, candidate code runs in sandboxed subprocesses).
+The executor is the one place gate jobs are dispatched: anything with `submit(fn, *args, **kw) -> Future` (a cluster
+scheduler) can take gate_pool's place.
+"""
+from __future__ import annotations
+
+import json
+import queue
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import replace
+from pathlib import Path
+from typing import Sequence
+
+from autokernel.agent.evaluate import Feedback, sha256
+from autokernel.agent.loop import Result, Session, with_time_left
+from autokernel.policy import Agent as AgentPolicy
+from autokernel.sandbox.slots import Slot, default_slots, pinned
+
+
+class SlotPool:
+    """Runs each submitted job on a free slot, at most one job per slot; the job's sandboxed processes get the slot's
+    environment (slots.pinned: CUDA_VISIBLE_DEVICES, OMP_NUM_THREADS)."""
+
+    def __init__(self, slots: Sequence[Slot]):
+        self.slots, self.free = list(slots), queue.Queue()
+        for s in self.slots:
+            self.free.put(s)
+        self.pool = ThreadPoolExecutor(max_workers=len(self.slots), thread_name_prefix="autokernel-slot")
+
+    def submit(self, fn, /, *args, **kw) -> Future:
+        def one():
+            slot = self.free.get()
+            try:
+                with pinned(slot):
+                    return fn(*args, **kw)
+            finally:
+                self.free.put(slot)
+        return self.pool.submit(one)
+
+    def shutdown(self) -> None:
+        self.pool.shutdown(wait=True)
+
+
+def gate_pool(sandbox_policy) -> SlotPool:
+    """Where gate jobs go by default: this machine's slots (policies.yaml sandbox.slots, else per GPU / per core)."""
+    return SlotPool(default_slots(sandbox_policy))
+
+
+def gate_job(evaluator, op: str, source: str, deadline: float | None) -> Feedback:
+    """One gate, run on a slot: the time left is counted when the job starts, so a wait for a slot is not free."""
+    left = None if deadline is None else deadline - time.monotonic()
+    if left is not None and left <= 0:
+        raise TimeoutError(f"{sha256(source)[:8]}: no time left for the gate (waited for a sandbox slot)")
+    return with_time_left(evaluator.gate)(op, source, time_left_s=left)
+
+
+class Judge:
+    """The evaluator the workers share (see the module doc). `staged` evaluators (gate() and bench()) gate on the
+    executor and bench under the lock; any other runs whole under the lock, one at a time."""
+
+    def __init__(self, inner, executor):
+        self.inner, self.executor = inner, executor
+        self.staged = callable(getattr(inner, "gate", None)) and callable(getattr(inner, "bench", None))
+        self.bench_lock, self.lock = threading.Lock(), threading.Lock()
+        self.judged: dict[str, Future] = {}
+        self.winner: tuple[int, str] | None = None  # (worker, sha256) of the first accepted candidate
+        self.abort: str | None = None  # a worker ended on an error: the others stop too
+        if callable(getattr(inner, "check", None)):
+            self.check = self._check
+
+    def evaluate(self, worker: int, op: str, source: str, time_left_s: float | None = None) -> Feedback:
+        digest = sha256(source)
+        with self.lock:
+            mine = digest not in self.judged
+            fut = self.judged.setdefault(digest, Future())
+        if not mine:  # another worker has it (done or in progress): one evaluation per source
+            return replace(fut.result(), duplicate=True)
+        try:
+            fb = self._judge(worker, op, source, time_left_s)
+        except BaseException as e:
+            with self.lock:  # not judged after all (out of time, an environment error): a later submit may retry
+                del self.judged[digest]
+            fut.set_exception(e)
+            raise
+        fut.set_result(fb)
+        return fb
+
+    def _judge(self, worker: int, op: str, source: str, time_left_s: float | None) -> Feedback:
+        deadline = None if time_left_s is None else time.monotonic() + time_left_s
+        if not self.staged:
+            with self.bench_lock:
+                return self._won(worker, with_time_left(self.inner.evaluate)(op, source, time_left_s=time_left_s))
+        fb = self.executor.submit(gate_job, self.inner, op, source, deadline).result()
+        if fb.verdict != "accepted":
+            return fb
+        with self.bench_lock:  # timings never overlap: one benchmark at a time on the device
+            left = None if deadline is None else deadline - time.monotonic()
+            return self._won(worker, with_time_left(self.inner.bench)(op, source, fb, time_left_s=left))
+
+    def _won(self, worker: int, fb: Feedback) -> Feedback:
+        if fb.accepted and self.winner is None:
+            self.winner = (worker, fb.sha256)
+        return fb
+
+    def _check(self, op: str, source: str, time_left_s: float | None = None) -> dict:
+        """check_candidate's sandboxed look, on a slot like a gate (it runs candidate code too)."""
+        return self.executor.submit(with_time_left(self.inner.check), op, source, time_left_s=time_left_s).result()
+
+    def stop_early(self, worker: int, early_success: bool):
+        def why() -> str | None:
+            if self.abort:
+                return f"another worker on this op failed: {self.abort}"
+            if early_success and self.winner and self.winner[0] != worker:
+                return f"worker {self.winner[0]} has an accepted candidate ({self.winner[1][:8]}): early success"
+            return None
+        return why
+
+
+class _Seat:
+    """Worker i's view of the Judge: the Session's Evaluator, its submissions tagged with who made them."""
+
+    def __init__(self, judge: Judge, worker: int):
+        self.judge, self.worker = judge, worker
+        if hasattr(judge, "check"):
+            self.check = judge.check
+
+    def evaluate(self, op: str, source: str, time_left_s: float | None = None) -> Feedback:
+        return self.judge.evaluate(self.worker, op, source, time_left_s)
+
+
+def run(op: str, models: list, evaluator, prompt, settings: AgentPolicy, run_dir: Path, *, ledger=None,
+        executor=None) -> tuple[Result, Session]:
+    """len(models) Sessions at once on `op`; the combined Result, and the Session that found the best candidate
+    (its messages hold the rationale the commit quotes), else worker 0's."""
+    own = executor is None
+    if own:  # the sandboxed evaluator's own sandbox policy; a test double's, the default one
+        from autokernel.policy import Policy
+        executor = gate_pool((getattr(evaluator, "policy", None) or Policy()).sandbox)
+    judge, n = Judge(evaluator, executor), len(models)
+    sessions = [Session(op, m, _Seat(judge, i), replace(prompt, task=prompt.task + _nudge(i, n)), settings,
+                        Path(run_dir) / f"worker-{i}", ledger=ledger,
+                        stop_early=judge.stop_early(i, settings.early_success)) for i, m in enumerate(models)]
+
+    def one(s: Session) -> Result:
+        try:
+            return s.run()
+        except BaseException as e:
+            judge.abort = f"{type(e).__name__}: {e}"
+            raise
+
+    try:
+        with ThreadPoolExecutor(max_workers=n, thread_name_prefix="autokernel-worker") as pool:
+            futures = [pool.submit(one, s) for s in sessions]
+        results = [f.result() for f in futures]  # the first worker's exception (a UserError) is raised here
+    finally:
+        if own:
+            executor.shutdown()
+    return combine(op, results, sessions, Path(run_dir))
+
+
+def _nudge(i: int, n: int) -> str:
+    return (f"\n\nYou are worker {i + 1} of {n} on this op: the others explore at the same time. Pursue an idea of "
+            "your own; a file another worker already submitted is answered from its verdict and not counted.")
+
+
+def combine(op: str, results: list[Result], sessions: list[Session], run_dir: Path) -> tuple[Result, Session]:
+    """One Result for the op: the best accepted candidate of any worker, usage and submissions summed, the first
+    model error kept (an environment failure, reported even when another worker won). workers.json lists each."""
+    wins = [(r.best.feedback.speedup or 0.0, i) for i, r in enumerate(results) if r.best]
+    k = max(wins)[1] if wins else 0
+    usage = {key: sum(r.usage[key] for r in results) for key in results[0].usage}
+    detail = "; ".join(f"worker {i}: {r.status} ({r.detail})" for i, r in enumerate(results))
+    error = next((f"worker {i}: {r.error}" for i, r in enumerate(results) if r.error), None)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "workers.json").write_text(json.dumps([
+        {"worker": i, "model": s.model.name, "status": r.status, "detail": r.detail, "submitted": r.submitted,
+         "best": r.best and r.best.feedback.sha256, "transcript": str(r.transcript)}
+        for i, (r, s) in enumerate(zip(results, sessions))], indent=1) + "\n")
+    best = results[k]
+    return Result(op, best.status, detail, best.best, best.transcript, usage,
+                  sum(r.submitted for r in results), error), sessions[k]
