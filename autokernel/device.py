@@ -12,6 +12,17 @@ def is_cuda() -> bool:
     return torch.cuda.is_available()
 
 
+def ensure_interpreter() -> None:
+    """On a machine without CUDA, run Triton kernels through the interpreter: TRITON_INTERPRET=1 unless already set.
+
+    The one place this switch is made. It must happen before triton is first imported and before any @triton.jit
+    function is defined (the decorator picks the interpreter then), so the kernels package calls it first thing
+    (kernels/__init__.py: every kernel module, loaded by autokernel.kernel_loader or imported, goes through it), and
+    so do the processes that import triton before any kernel (the gate's harness, the profiler, the test suite)."""
+    if not is_cuda():
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+
+
 def kind() -> str:
     """'cuda' where kernels compile, 'cpu-interpreter' where they run through the Triton interpreter."""
     return "cuda" if is_cuda() else "cpu-interpreter"

@@ -16,7 +16,8 @@ from pathlib import Path
 
 from autokernel.errors import UserError
 
-INSTALLED = Path(__file__).resolve().parents[1]
+PACKAGE = Path(__file__).resolve().parent  # autokernel/: the trusted package (its engine source, its sandbox harness)
+INSTALLED = PACKAGE.parent  # the project autokernel runs from: its kernels/ package is what every sandbox job binds
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,9 @@ class Layout:
         return path
 
 
+INSTALLED_LAYOUT = Layout(INSTALLED)  # the installed project's kernels/, sandbox/ and traces/: the default target
+
+
 def is_layout(root: Path) -> bool:
     return (root / "kernels").is_dir() and any((root / "kernels").glob("*.py"))
 
@@ -69,4 +73,4 @@ def target(repo: str | Path | None = None) -> Layout:
         raise UserError(f"--repo {repo}: not an autokernel checkout (no kernels/<op>.py files); pass a clone of the "
                         "engine whose kernels/ autokernel rewrites")
     here = _work_tree(Path.cwd().resolve())
-    return Layout(here if here is not None and is_layout(here) else INSTALLED)
+    return Layout(here) if here is not None and is_layout(here) else INSTALLED_LAYOUT

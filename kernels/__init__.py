@@ -1,14 +1,11 @@
 """The engine's Triton kernels: only what the loop may rewrite. One op per file; the stem is the op's name.
 
-Without a CUDA device the kernels run through the Triton interpreter, so the switch must be set before `triton`
-is first imported; every kernel module imports this package first.
+Without a CUDA device the kernels run through the Triton interpreter, so the switch (autokernel.device.
+ensure_interpreter) must be made before `triton` is first imported; every kernel module imports this package first.
 """
-import os
+from autokernel import device
 
-import torch
-
-if not torch.cuda.is_available():
-    os.environ.setdefault("TRITON_INTERPRET", "1")
+device.ensure_interpreter()
 
 import triton  # noqa: E402  (after the switch above)
 

@@ -1,8 +1,9 @@
+"""Suite-wide set-up. The helper modules of the test folders (opcheck, tiny_gguf, agent_helpers, fake_llm_api,
+delivery_doubles) are importable by name through pyproject's [tool.pytest.ini_options] pythonpath."""
 import os
-import sys
-from pathlib import Path
 
-os.environ.setdefault("TRITON_INTERPRET", "1")  # CI has no GPU; the kernels run through the interpreter
+from autokernel import device
+
+device.ensure_interpreter()  # no GPU here: the kernels run through the Triton interpreter (before triton is imported)
 # 2 cores shared with sandboxed children: oversubscribed OpenMP spins (7x slower measured)
 os.environ.setdefault("OMP_NUM_THREADS", "1")
-sys.path.insert(0, str(Path(__file__).parent / "kernels"))

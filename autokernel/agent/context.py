@@ -11,8 +11,9 @@ from pathlib import Path
 
 from autokernel import device
 from autokernel import ops as opspecs
+from autokernel.paths import PACKAGE
 
-ENGINE = Path(__file__).resolve().parents[1] / "engine"
+ENGINE = PACKAGE / "engine"
 SIBLING_CHARS = 4000  # per sibling file shown: enough for a kernel and its launcher, not a whole module
 
 

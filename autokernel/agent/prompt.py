@@ -21,10 +21,11 @@ from autokernel import ops as opspecs
 from autokernel.agent import context
 from autokernel.errors import UserError
 from autokernel.ops import tolerance
+from autokernel.paths import INSTALLED_LAYOUT
 from autokernel.policy import Agent as AgentPolicy
 
 PROMPTS = Path(__file__).parent / "prompts"
-KERNELS = Path(__file__).resolve().parents[2] / "kernels"
+KERNELS = INSTALLED_LAYOUT.kernels
 
 
 @lru_cache(maxsize=1)

@@ -19,10 +19,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from autokernel import sandbox
 from autokernel.bench import roofline
 from autokernel.bench.stats import Interval, median_ci, paired_speedup, weighted_speedup
 from autokernel.ops import get
+from autokernel.paths import INSTALLED_LAYOUT
 from autokernel.policy import Bench, Policy
 
 CPU_LABEL = "CPU / Triton-interpreter CPU time"
@@ -161,5 +161,5 @@ def measure(op: str, candidates: list[Path], cases: list[dict], policy: Policy, 
     project's). Raises IncumbentFailed when the incumbent's own job fails (exit 2: no verdict is possible).
     """
     from autokernel.bench.rounds import measure_rounds  # it imports this module
-    incumbent = Path(incumbent) if incumbent is not None else sandbox.bwrap.PROJECT / "kernels" / f"{op}.py"
+    incumbent = Path(incumbent) if incumbent is not None else INSTALLED_LAYOUT.kernels / f"{op}.py"
     return measure_rounds(op, [Path(c) for c in candidates], cases, policy, job_root, incumbent)

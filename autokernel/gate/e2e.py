@@ -22,10 +22,10 @@ import torch
 from autokernel import device, sandbox
 from autokernel.engine.divergence import Divergence, divergence, longest_run
 from autokernel.gate.verdict import StageResult
+from autokernel.paths import INSTALLED_LAYOUT
 from autokernel.policy import Policy
 
-ROOT = Path(__file__).resolve().parents[2]
-CACHE = ROOT / "sandbox" / "cache"
+CACHE = INSTALLED_LAYOUT.sandbox / "cache"
 
 
 def backend() -> str:
@@ -37,7 +37,8 @@ def _others(kernels_dir: Path | None, skip: str | None = None) -> dict[str, str]
     """On CUDA, the target checkout's kernels (autokernel.paths) for every other op, when that is not the installed
     project: the engine around the candidate is the one the commit will land in. On CPU every other op runs its
     reference (module docstring), so there is nothing to swap."""
-    if backend() != "triton" or kernels_dir is None or Path(kernels_dir).resolve() == (ROOT / "kernels").resolve():
+    installed = INSTALLED_LAYOUT.kernels.resolve()
+    if backend() != "triton" or kernels_dir is None or Path(kernels_dir).resolve() == installed:
         return {}
     from autokernel.ops import OPS
     files = {o: Path(kernels_dir) / f"{o}.py" for o in OPS if o != skip}
@@ -50,7 +51,7 @@ def _key(policy: Policy, kernels_dir: Path | None = None) -> str:
     h = hashlib.sha256()
     h.update(json.dumps(["calls-v2", str(model), model.stat().st_size, policy.target.weights, policy.e2e.prompts,
                          policy.e2e.max_new_tokens, backend(), device.kind()]).encode())
-    for f in sorted(Path(kernels_dir or ROOT / "kernels").glob("*.py")):
+    for f in sorted(Path(kernels_dir or INSTALLED_LAYOUT.kernels).glob("*.py")):
         h.update(f.read_bytes())
     return h.hexdigest()[:16]
 

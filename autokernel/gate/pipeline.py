@@ -21,9 +21,8 @@ from autokernel import device
 from autokernel.gate import numeric, static, thresholds
 from autokernel.gate.verdict import StageResult, Verdict
 from autokernel.ops import get
+from autokernel.paths import INSTALLED_LAYOUT
 from autokernel.policy import Policy
-
-PROJECT = Path(__file__).resolve().parents[2]
 
 Stage = Callable[[str, Path, Policy], StageResult]
 # Stages run after static, runtime and numeric have passed, in order, each given (op, candidate file, policy); the
@@ -40,7 +39,7 @@ STAGES: list[Stage] = [_e2e]
 
 def default_run_dir(op: str) -> Path:
     stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
-    return PROJECT / "sandbox" / f"verify-{stamp}-{op}-{secrets.token_hex(2)}"
+    return INSTALLED_LAYOUT.sandbox / f"verify-{stamp}-{op}-{secrets.token_hex(2)}"
 
 
 def verify(op: str, candidate_path: str | Path, *, shapes: list[dict] | None = None, seed: int | None = None,

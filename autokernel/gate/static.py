@@ -20,6 +20,7 @@ from pathlib import Path
 from autokernel.gate import allowlist as A
 from autokernel.gate import static_common, static_decorators, static_host, static_kernel
 from autokernel.gate.verdict import StageResult
+from autokernel.paths import INSTALLED_LAYOUT
 
 MAX_SOURCE_BYTES = 1 << 20  # a kernel file is a few kB; a megabyte is an attack on the parser, not a kernel
 
@@ -361,7 +362,7 @@ def _params(fn: ast.FunctionDef) -> dict:
 def _reference(op: str, reference_launcher: Path | None) -> dict[str, dict]:
     """The public launcher(s) of the incumbent kernels/<op>.py (parsed, trusted): name -> parameters; else the
     op spec's reference function's signature; else nothing (then only the name is checked)."""
-    path = reference_launcher or Path(__file__).resolve().parents[2] / "kernels" / f"{op}.py"
+    path = reference_launcher or INSTALLED_LAYOUT.kernels / f"{op}.py"
     if path.is_file():
         out = {}
         for node in static_common.parse(path.read_text()).body:

@@ -95,8 +95,8 @@ def profile(workload_path: str | Path | None = None, kernels: str = "triton", we
             timed_per_shape: int | None = -1) -> Path:
     """Profile one workload; returns the run directory. `timed_per_shape` -1 means the device's default
     (every call on CUDA, CPU_TIMED_PER_SHAPE on the interpreter), None or 0 means every call."""
-    import kernels as _kernels  # noqa: F401  sets TRITON_INTERPRET on CPU before triton is first imported
     from autokernel import device
+    device.ensure_interpreter()  # before triton is first imported (the engine's kernels, the roofline's fingerprint)
     from autokernel.engine import open_engine
     from autokernel.profile import trace, workload
     from autokernel.profile.pyspy import Sampler

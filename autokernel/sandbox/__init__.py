@@ -64,6 +64,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
+from autokernel.paths import INSTALLED
 from autokernel.sandbox import bwrap, seccomp
 from autokernel.sandbox.channel import LogTail, drain, parse_frame, wait_exit, write_log
 from autokernel.sandbox.limits import MB, Cgroup, preexec, process_limit
@@ -177,7 +178,10 @@ def run(entry: str, payload: dict, job_dir: Path, limits: Sandbox, *, inputs: Ma
     Keyword arguments (all optional): `inputs` files for the read-only input directory, `pythonpath` directories to
     import from (bound read-only), `ro_paths` more read-only paths (trusted ones only: a model file, a checkout's
     kernels), `env` overrides of the allowlisted environment (a slot's CUDA_VISIBLE_DEVICES, OMP_NUM_THREADS).
+    A thread pinned to a slot (slots.pinned: a whole gate on one slot, autokernel/agent/workers.py) gets that slot's
+    env under `env`.
     """
+    env = {**pinned_env(), **(env or {})}
     job_dir = Path(job_dir)
     job_dir.mkdir(parents=True, exist_ok=True)
     gpu = bool(bwrap.gpu_nodes())
@@ -223,7 +227,7 @@ def _sweep_once() -> None:
 
 def _command(plan: _Plan, in_dir: Path, pythonpath: list[Path], ro_paths: list[Path], gpu: bool,
              limits: Sandbox, seccomp_fd: int | None) -> list[str]:
-    cmd = _harness_cmd([bwrap.PROJECT, *pythonpath])
+    cmd = _harness_cmd([INSTALLED, *pythonpath])
     if not plan.bwrap:
         return cmd
     disk = limits.disk_mb * MB
@@ -367,6 +371,6 @@ def _kill(proc: subprocess.Popen, cgroup: Cgroup | None) -> None:
         cgroup.kill()
 
 
-from autokernel.sandbox.slots import default_slots, run_many  # noqa: E402  (re-exported: the parallel helper)
+from autokernel.sandbox.slots import default_slots, pinned_env, run_many  # noqa: E402  (re-exported)
 
 __all__ = ["REASONS", "SandboxResult", "default_slots", "preflight", "run", "run_many"]

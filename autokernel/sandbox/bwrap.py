@@ -23,7 +23,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-PROJECT = Path(__file__).resolve().parents[2]
+from autokernel.paths import INSTALLED
+
 PROJECT_PACKAGES = ("autokernel", "kernels")
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "passwd", "group", "nsswitch.conf", "localtime",
@@ -48,7 +49,7 @@ def env(scratch: str, pythonpath: list[Path], overrides: dict[str, str] | None =
         "PATH": os.pathsep.join(dict.fromkeys([str(Path(sys.executable).parent), DEFAULT_PATH])),
         "HOME": scratch,
         "TMPDIR": scratch,
-        "PYTHONPATH": os.pathsep.join(str(p) for p in [PROJECT, *pythonpath]),
+        "PYTHONPATH": os.pathsep.join(str(p) for p in [INSTALLED, *pythonpath]),
         "PYTHONDONTWRITEBYTECODE": "1",
         "PYTHONNOUSERSITE": "1",
         "TRITON_CACHE_DIR": f"{scratch}/.triton",
@@ -92,7 +93,7 @@ def argv(inputs: Path | None, ro_paths: list[Path], gpu: bool, disk_bytes: int,
         if d and os.path.isdir(d) and not d.startswith(SYSTEM_DIRS):
             a += ["--ro-bind", d, d]
     for pkg in PROJECT_PACKAGES:
-        a += ["--ro-bind", str(PROJECT / pkg), str(PROJECT / pkg)]
+        a += ["--ro-bind", str(INSTALLED / pkg), str(INSTALLED / pkg)]
     for p in [*ro_paths, *([inputs] if inputs is not None else [])]:
         a += ["--ro-bind", str(p), str(p)]
     a += ["--dev", "/dev", "--proc", "/proc"]
@@ -115,8 +116,8 @@ def usable() -> str | None:
         return "bubblewrap (bwrap) is not installed"
     with tempfile.TemporaryDirectory(prefix="autokernel-probe-") as d:
         cmd = argv(Path(d), [], gpu=False, disk_bytes=1 << 20, seccomp_fd=None)
-        cmd += [sys.executable, "-I", "-B", "-c", f"import os, sys; sys.path[:0] = [{str(PROJECT)!r}]; "
-                f"import autokernel; assert os.path.isfile({str(PROJECT / 'kernels' / '__init__.py')!r}) "
+        cmd += [sys.executable, "-I", "-B", "-c", f"import os, sys; sys.path[:0] = [{str(INSTALLED)!r}]; "
+                f"import autokernel; assert os.path.isfile({str(INSTALLED / 'kernels' / '__init__.py')!r}) "
                 f"and os.path.isdir({d!r})"]
         try:
             p = subprocess.run(cmd, capture_output=True, timeout=30, env=env(SCRATCH, []))

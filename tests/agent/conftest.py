@@ -1,13 +1,8 @@
 """Fixtures of the agent tests; the helpers they share are in agent_helpers.py and fake_llm_api.py (same folder)."""
-import sys
-from pathlib import Path
-
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))  # agent_helpers, fake_llm_api
-
-from autokernel.agent import prompt as prompt_mod  # noqa: E402
-from autokernel.policy import Agent as AgentPolicy  # noqa: E402
+from autokernel.agent import prompt as prompt_mod
+from autokernel.policy import Agent as AgentPolicy
 
 
 @pytest.fixture(scope="session")

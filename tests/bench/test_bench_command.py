@@ -11,10 +11,10 @@ from autokernel.bench.command import _cases, bench_command
 from autokernel.bench.trace import shapes_from_trace
 from autokernel.errors import UserError
 from autokernel.ops import get
+from autokernel.paths import INSTALLED_LAYOUT
 from autokernel.policy import Policy
-from autokernel.sandbox import bwrap
 
-INCUMBENT = bwrap.PROJECT / "kernels" / "rmsnorm.py"
+INCUMBENT = INSTALLED_LAYOUT.kernels / "rmsnorm.py"
 TINY = [{"shape": {"M": 1, "N": 64}, "calls": 3, "dtype": "float32"},
         {"shape": {"M": 3, "N": 576}, "calls": 1, "dtype": "float32"}]
 

@@ -14,10 +14,10 @@ from autokernel.bench import job, lockstep, rounds
 from autokernel.bench import measure as measure_mod
 from autokernel.bench.watch import Watch
 from autokernel.ops import get
+from autokernel.paths import INSTALLED_LAYOUT
 from autokernel.policy import Policy
-from autokernel.sandbox import bwrap
 
-INCUMBENT = bwrap.PROJECT / "kernels" / "rmsnorm.py"
+INCUMBENT = INSTALLED_LAYOUT.kernels / "rmsnorm.py"
 CASES = [{"shape": {"M": 2, "N": 64}, "calls": 1, "dtype": "float32"},
          {"shape": {"M": 1, "N": 32}, "calls": 2, "dtype": "float32"}]
 

@@ -1,9 +1,4 @@
-import sys
-from pathlib import Path
-
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parents[1] / "engine"))  # tiny_gguf
 
 
 @pytest.fixture(scope="session")

@@ -12,10 +12,9 @@ from pathlib import Path
 import git
 import pytest
 from delivery_doubles import today_branch, write_trace
+from fake_llm_api import Call, FakeAPI, openai_turn
 
 ROOT = Path(__file__).parents[2]
-sys.path.insert(0, str(ROOT / "tests" / "agent"))
-from fake_llm_api import Call, FakeAPI, openai_turn  # noqa: E402
 
 pytestmark = pytest.mark.slow
 CLI = [str(Path(sys.executable).parent / "autokernel")]

@@ -26,13 +26,13 @@ import pytest
 import torch
 
 from autokernel import sandbox
+from autokernel.paths import INSTALLED
 from autokernel.policy import Policy, Sandbox
-from autokernel.sandbox import bwrap
 from autokernel.sandbox.channel import LOG_KEEP_BYTES
 
 HERE = Path(__file__).parent
 HOSTILE = HERE / "hostile"
-PROJECT = bwrap.PROJECT
+PROJECT = INSTALLED
 CANARY = f"canary-{secrets.token_hex(8)}"
 CANARY_VARS = ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "GITHUB_TOKEN", "AWS_SECRET_ACCESS_KEY", "HF_TOKEN")
 LIMITS = Sandbox(timeout_s=60, memory_mb=1024, cpu_s=60, max_processes=64, disk_mb=64)

@@ -12,6 +12,7 @@ import torch
 
 from autokernel import sandbox
 from autokernel.errors import UserError
+from autokernel.paths import INSTALLED
 from autokernel.policy import Sandbox
 from autokernel.sandbox import bwrap, limits, seccomp
 
@@ -106,9 +107,9 @@ def test_no_network(tmp_path):
 @needs_bwrap
 def test_writes_only_inside_its_dir(tmp_path):
     outside = tmp_path / "outside.txt"
-    project_probe = bwrap.PROJECT / "kernels" / "_sandbox_escape_probe.py"
+    project_probe = INSTALLED / "kernels" / "_sandbox_escape_probe.py"
     venv_probe = Path(os.__file__).parent / "_sandbox_escape_probe"
-    targets = [outside, project_probe, venv_probe, Path.home() / "_sandbox_escape_probe", bwrap.PROJECT / "x.py"]
+    targets = [outside, project_probe, venv_probe, Path.home() / "_sandbox_escape_probe", INSTALLED / "x.py"]
     try:
         r = run_candidate(tmp_path, f"""
             def main(job_dir):

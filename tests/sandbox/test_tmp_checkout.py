@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from autokernel import sandbox
+from autokernel.paths import INSTALLED
 from autokernel.policy import Sandbox
 from autokernel.sandbox import bwrap
 
@@ -56,7 +57,7 @@ def test_gate_from_a_checkout_and_venv_under_tmp_is_fully_isolated():
     try:
         repo = root / "repo"
         for pkg in bwrap.PROJECT_PACKAGES:
-            shutil.copytree(bwrap.PROJECT / pkg, repo / pkg, ignore=shutil.ignore_patterns("__pycache__"))
+            shutil.copytree(INSTALLED / pkg, repo / pkg, ignore=shutil.ignore_patterns("__pycache__"))
         python = _venv_under(root)
         env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
         p = subprocess.run([str(python), "-B", "-c", SCRIPT.format(runs=str(root / "runs"))], cwd=repo, env=env,
