@@ -155,6 +155,17 @@ class Sandbox(_Section):
     """Parallel sandboxes; null means one per GPU, or one per core on CPU."""
 
 
+class Cluster(_Section):
+    address: Optional[str] = None
+    """A Ray cluster to run gate and bench jobs on (ray://host:10001, host:6379, or 'local' to start one here); the
+    --cluster option and then RAY_ADDRESS override it. Null: local sandbox slots (autokernel/cluster.py)."""
+    retries: int = Field(2, ge=0)
+    """Times a job whose Ray worker or node died mid-job is run again before it is reported as cluster.worker_lost."""
+    job_timeout_s: float = Field(3600.0, gt=0)
+    """The longest one gate or bench job may take on the cluster, queueing included: past it the task is cancelled
+    and reported as cluster.timeout, never waited on forever."""
+
+
 class Git(_Section):
     branch_prefix: str = "autokernel/"
     """Accepted kernels land on <prefix><date>-<op>."""
@@ -201,6 +212,7 @@ class Policy(_Section):
     bench: Bench = Bench()
     agent: Agent = Agent()
     sandbox: Sandbox = Sandbox()
+    cluster: Cluster = Cluster()
     git: Git = Git()
 
 

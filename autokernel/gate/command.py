@@ -1,4 +1,5 @@
-"""`autokernel verify OP CANDIDATE.py [--trace DIR] [--seed S] [--json]`: exit 0 accepted, 1 rejected, 2 bad input."""
+"""`autokernel verify OP CANDIDATE.py [--trace DIR] [--seed S] [--json] [--cluster ADDR]`: exit 0 accepted, 1 rejected,
+2 bad input."""
 from __future__ import annotations
 
 import json
@@ -47,9 +48,9 @@ def _policy():
 
 
 def verify_command(op: str, candidate: Path, trace: Path | None = None, seed: int | None = None,
-                   as_json: bool = False) -> int:
+                   as_json: bool = False, cluster: str | None = None) -> int:
     """Run the gate on one candidate and print the verdict; returns the exit code (0 accepted, 1 rejected, 2 bad
-    input)."""
+    input). `cluster`: a Ray address to run the job on (autokernel/cluster.py; RAY_ADDRESS too), else this machine."""
     from autokernel.ops import OPS
     try:
         if op not in OPS:
@@ -62,13 +63,14 @@ def verify_command(op: str, candidate: Path, trace: Path | None = None, seed: in
         from autokernel import paths
         layout = paths.target()  # the signature is the incumbent's of the checkout verify runs in
         kernels_dir = layout.kernels if (layout.kernels / f"{op}.py").is_file() else None
+        from autokernel.cluster import executor
+        verify = executor(cluster, policy).verify  # gate.verify itself, or the same run as a Ray task
     except UserError as e:
         print(f"autokernel verify: error: {e}", file=sys.stderr)
         return 2
-    from autokernel.gate import verify
     try:
         v = verify(op, candidate, shapes=shapes, seed=seed, policy=policy, kernels_dir=kernels_dir)
-    except OSError as e:
+    except (OSError, UserError) as e:
         print(f"autokernel verify: error: {e}", file=sys.stderr)
         return 2
     if as_json:
@@ -112,6 +114,9 @@ def register(app) -> None:
                 trace: Optional[Path] = typer.Option(None, help="A traces/<run>/ dir: check its shapes of OP."),
                 seed: Optional[int] = typer.Option(None, help="Reproduce a verdict's inputs (default: a fresh "
                                                                  "secret seed)."),
-                json_out: bool = typer.Option(False, "--json", help="Print the verdict as JSON.")) -> None:
+                json_out: bool = typer.Option(False, "--json", help="Print the verdict as JSON."),
+                cluster: Optional[str] = typer.Option(None, help="Run the gate job on this Ray cluster (ray://host:"
+                                                                 "10001; default: RAY_ADDRESS, else this machine)."
+                                                      )) -> None:
         """Run the gate (static, runtime, numeric, ...) on a candidate kernel. Exit 0 accepted, 1 rejected."""
-        sys.exit(verify_command(op, candidate, trace, seed, json_out))
+        sys.exit(verify_command(op, candidate, trace, seed, json_out, cluster))

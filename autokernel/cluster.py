@@ -1,0 +1,359 @@
+"""Where gate and bench jobs run: local sandbox slots on this machine, or Ray tasks on a cluster.
+
+    executor(address, policy) -> Local | RayCluster   --cluster ADDRESS, else RAY_ADDRESS, else policy cluster.address
+    ex.verify(op, candidate, **kw) -> Verdict                 drop-in for autokernel.gate.verify
+    ex.measure(op, candidates, cases, policy, job_root, incumbent) -> Measurement   drop-in for bench.measure.measure
+    ex.gate_jobs([GateJob]) -> [JobResult]                    many gate jobs at once; one lost job never raises
+
+Trust. A Ray task runs TRUSTED autokernel code on its node, the same gate.verify / bench.measure the local path calls,
+and that code starts bubblewrap on the node: candidate code never runs in the Ray worker process. A task is given
+bytes (the candidate, the target checkout's kernels/*.py) and a Policy, writes them to a node-local temporary
+directory, and returns the Verdict (or Measurement) with the files of its job directory (verdict.json, sandbox.log:
+written by the trusted parent on the node, never by the candidate), which the driver writes into its own run
+directory, so the evidence is where a local run leaves it. A node must give jobs full isolation (bwrap + cgroup +
+seccomp) unless the policy opts out with sandbox.isolation: none: the driver's preflight cannot see a node's.
+
+Secrets never travel: a local instance this module starts is started with the secret-looking variables removed from
+the environment its processes inherit, no runtime_env carries environment variables, and each task drops such
+variables from its worker's environment before doing anything (the sandbox's own environment is an allowlist).
+
+Resources: a gate job takes one GPU where the cluster has GPUs, else one CPU; a bench job takes a whole GPU (so no
+other job shares its device while it times), or on a CPU-only cluster every CPU of the smallest node.
+
+Failures: a job whose worker or node dies is run again by Ray up to policy cluster.retries times, then reported as
+cluster.worker_lost; one that outlives cluster.job_timeout_s is cancelled and reported as cluster.timeout. gate_jobs
+returns these as JobResults; the drop-ins raise ClusterError (a UserError: exit 2, it is the environment's failure,
+never a verdict on the candidate).
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from autokernel.errors import UserError
+from autokernel.policy import Policy
+
+REASONS = ("cluster.worker_lost", "cluster.timeout", "cluster.error")
+INSTALL = "pip install -e '.[ray]'"
+SECRET = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL|COOKIE|SESSION", re.I)
+EVIDENCE_CAP = 16 << 20  # bytes of job-directory files one task brings back
+
+
+class ClusterError(UserError):
+    """A job the cluster could not run (worker lost, timed out): the environment's failure, exit 2."""
+
+    def __init__(self, reason: str, detail: str):
+        super().__init__(f"{reason}: {detail}")
+        self.reason, self.detail = reason, detail
+
+
+@dataclass
+class GateJob:
+    """One candidate through gate.verify: its keyword arguments (shapes, seed, policy, run_dir, dtypes, dists,
+    stages, kernels_dir) exactly as verify takes them."""
+    op: str
+    candidate: Path
+    kwargs: dict = field(default_factory=dict)
+
+
+@dataclass
+class JobResult:
+    ok: bool
+    value: Any = None  # the Verdict (gate) or Measurement (bench) when ok
+    reason: str | None = None  # one of REASONS when not ok
+    detail: str = ""
+    meta: dict = field(default_factory=dict)  # where and when it ran: node, pid, started, ended (node clock)
+
+
+def secret_names(env=os.environ) -> list[str]:
+    """Environment variables that look like credentials (Ray's own RAY_* settings excepted)."""
+    return sorted(k for k in env if SECRET.search(k) and not k.startswith("RAY_"))
+
+
+@contextmanager
+def _without_secrets():
+    """os.environ without secret-looking variables for the block (a local Ray instance's processes inherit it)."""
+    saved = {k: os.environ.pop(k) for k in secret_names()}
+    try:
+        yield
+    finally:
+        os.environ.update(saved)
+
+
+def _ray():
+    try:
+        import ray
+    except ImportError:
+        raise UserError(f"--cluster / RAY_ADDRESS needs Ray, which is not installed: {INSTALL}") from None
+    return ray
+
+
+def executor(address: str | None, policy: Policy) -> "Local | RayCluster":
+    """Ray when an address is given (the argument, then RAY_ADDRESS, then policy cluster.address), else local
+    slots."""
+    address = address or os.environ.get("RAY_ADDRESS") or policy.cluster.address or None
+    return RayCluster(address, policy) if address else Local(policy)
+
+
+class Local:
+    """This machine: gate jobs in parallel, one per sandbox slot (autokernel/sandbox/slots.py); benches one at a
+    time, since two timings sharing the device would disturb each other."""
+
+    def __init__(self, policy: Policy):
+        from autokernel.sandbox.slots import default_slots
+        self.policy, self.width = policy, len(default_slots(policy.sandbox))
+        self._bench = threading.Lock()
+
+    def verify(self, op: str, candidate, **kw):
+        from autokernel.gate import verify
+        return verify(op, candidate, **kw)
+
+    def measure(self, op: str, candidates, cases, policy, job_root, incumbent=None):
+        from autokernel.bench.measure import measure
+        with self._bench:
+            return measure(op, candidates, cases, policy, job_root, incumbent=incumbent)
+
+    def gate_jobs(self, jobs: list[GateJob]) -> list[JobResult]:
+        def one(job: GateJob) -> JobResult:
+            t0 = time.time()
+            v = self.verify(job.op, job.candidate, **job.kwargs)
+            return JobResult(True, v, meta={"node": "local", "pid": os.getpid(), "started": t0, "ended": time.time()})
+        with ThreadPoolExecutor(max_workers=max(1, self.width)) as pool:
+            return list(pool.map(one, jobs))
+
+
+class RayCluster:
+    """Ray tasks on the cluster at `address` ('local' starts a private instance here; extra keyword arguments go to
+    ray.init, e.g. num_cpus). Connects once; an already initialised Ray (a test's, a notebook's) is used as it is."""
+
+    def __init__(self, address: str | None, policy: Policy, **init: Any):
+        ray = _ray()
+        self.policy = policy
+        if not ray.is_initialized():
+            kw = {"include_dashboard": False, **init} if address in (None, "local") else init
+            with _without_secrets():
+                ray.init(address=None if address == "local" else address, **kw)
+        self.resources = dict(ray.cluster_resources())
+        self.node_cpus = [n["Resources"].get("CPU", 1.0) for n in ray.nodes() if n.get("Alive")]
+
+    def _options(self, kind: str) -> dict:
+        return {**task_resources(kind, self.resources, self.node_cpus), "max_retries": self.policy.cluster.retries,
+                "retry_exceptions": False}
+
+    def gate_jobs(self, jobs: list[GateJob]) -> list[JobResult]:
+        ray = _ray()
+        task = ray.remote(gate_on_node).options(**self._options("gate"))
+        refs = [task.remote(j.op, j.candidate.name, j.candidate.read_bytes(), _kernels(j.kwargs.get("kernels_dir")),
+                            {k: v for k, v in j.kwargs.items() if k not in ("run_dir", "kernels_dir")})
+                for j in jobs]
+        out = self._gather(refs, "gate")
+        for job, res in zip(jobs, out):
+            if res.ok:
+                res.value = _land_verdict(job, res.value, res.meta.pop("evidence"))
+        return out
+
+    def verify(self, op: str, candidate, **kw):
+        res = self.gate_jobs([GateJob(op, Path(candidate), kw)])[0]
+        if not res.ok:
+            raise res.meta.get("exception") or ClusterError(res.reason, f"gate job for {op} "
+                                                            f"({Path(candidate).name}): {res.detail}")
+        return res.value
+
+    def measure(self, op: str, candidates, cases, policy, job_root, incumbent=None):
+        from autokernel.paths import INSTALLED_LAYOUT
+        ray = _ray()
+        incumbent = Path(incumbent) if incumbent is not None else INSTALLED_LAYOUT.kernels / f"{op}.py"
+        files = [(Path(c).name, Path(c).read_bytes()) for c in candidates]
+        task = ray.remote(bench_on_node).options(**self._options("bench"))
+        res = self._gather([task.remote(op, files, incumbent.read_bytes(), cases, policy)], "bench")[0]
+        if not res.ok:  # IncumbentFailed and the like come back as raised by the trusted code on the node
+            raise res.meta.get("exception") or ClusterError(res.reason, f"bench job for {op}: {res.detail}")
+        return _land_measurement(res.value, res.meta, Path(job_root), [Path(c) for c in candidates], incumbent)
+
+    def _gather(self, refs: list, kind: str) -> list[JobResult]:
+        """Every job's result, in order; a lost, cancelled or failed job becomes a JobResult, never an exception
+        (except a UserError raised by the trusted code, e.g. a node's weak isolation: exit 2)."""
+        ray = _ray()
+        deadline = time.monotonic() + self.policy.cluster.job_timeout_s
+        pending, out = list(refs), {}
+        while pending:
+            done, pending = ray.wait(pending, num_returns=1, timeout=max(0.0, deadline - time.monotonic()))
+            if not done:
+                for ref in pending:
+                    ray.cancel(ref, force=True)
+                    out[ref] = JobResult(False, None, "cluster.timeout", f"{kind} job not finished within "
+                                         f"cluster.job_timeout_s = {self.policy.cluster.job_timeout_s:g} s; cancelled")
+                break
+            out[done[0]] = self._collect(ray, done[0], kind)
+        return [out[r] for r in refs]
+
+    def _collect(self, ray, ref, kind: str) -> JobResult:
+        tries = self.policy.cluster.retries + 1
+        try:
+            value, meta = ray.get(ref)
+        except ray.exceptions.RayTaskError as e:  # the trusted code raised on the node
+            cause = e.cause if isinstance(getattr(e, "cause", None), BaseException) else None
+            if isinstance(cause, UserError):
+                raise cause from None
+            return JobResult(False, None, "cluster.error", f"{kind} job raised on its node: {_first_line(cause or e)}",
+                             {"exception": cause})
+        except ray.exceptions.TaskCancelledError:
+            return JobResult(False, None, "cluster.timeout", f"{kind} job cancelled")
+        except ray.exceptions.RayError as e:  # worker crashed, node died, object lost, Ray's OOM killer
+            return JobResult(False, None, "cluster.worker_lost", f"{type(e).__name__} on each of {tries} attempt(s) "
+                             f"(cluster.retries = {tries - 1}): {_first_line(e)}")
+        return JobResult(True, value, meta=meta)
+
+
+def task_resources(kind: str, resources: dict, node_cpus: list[float]) -> dict:
+    """What one Ray task of `kind` asks for: a GPU each where the cluster has GPUs (a bench owns its device, no job
+    shares it), else one CPU for a gate job and a whole node's CPUs (the smallest node's) for a bench."""
+    if resources.get("GPU", 0) >= 1:
+        return {"num_gpus": 1, "num_cpus": 1}
+    if kind == "bench":
+        return {"num_cpus": max(1.0, min(node_cpus or [1.0]))}
+    return {"num_cpus": 1}
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return (text[0] if text else type(e).__name__)[:300]
+
+
+def _kernels(kernels_dir) -> dict[str, bytes] | None:
+    """The target checkout's kernels/*.py (the signature the gate checks, the engine's other kernels in the
+    end-to-end stage), shipped so that a node needs no copy of the checkout."""
+    if kernels_dir is None:
+        return None
+    return {p.name: p.read_bytes() for p in sorted(Path(kernels_dir).glob("*.py")) if p.is_file()}
+
+
+# --- on the node: trusted code in the Ray worker, which starts the sandbox there ------------------------------------
+
+def _node_start() -> dict:
+    """Drop secret-looking variables from this worker's environment first; return the job's metadata."""
+    seen = secret_names()
+    for k in seen:
+        os.environ.pop(k, None)
+    try:
+        import ray
+        node = ray.util.get_node_ip_address()
+    except Exception:  # noqa: BLE001 -- called outside Ray (tests): the host name is as good
+        import socket
+        node = socket.gethostname()
+    return {"node": node, "pid": os.getpid(), "started": time.time(), "secrets_in_worker_env": seen}
+
+
+def _evidence(root: Path) -> dict[str, bytes]:
+    """The regular files under `root` (written by the trusted parent on the node), up to EVIDENCE_CAP bytes."""
+    out, total = {}, 0
+    for p in sorted(root.rglob("*")):
+        if p.is_symlink() or not p.is_file():
+            continue
+        size = p.stat().st_size
+        if total + size > EVIDENCE_CAP:
+            continue
+        out[str(p.relative_to(root))] = p.read_bytes()
+        total += size
+    return out
+
+
+def _preflight(policy: Policy) -> None:
+    """This node must isolate jobs fully (its isolation is not the driver's), unless the policy opted out."""
+    from autokernel import sandbox
+    try:
+        sandbox.preflight(policy.sandbox, untrusted_author=True)
+    except UserError as e:
+        import socket
+        raise UserError(f"cluster node {socket.gethostname()}: {e}") from None
+
+
+def gate_on_node(op: str, name: str, source: bytes, kernels: dict | None, kw: dict) -> tuple:
+    """gate.verify on this node, in a private temporary directory: (Verdict, meta with the job dir's evidence)."""
+    meta = _node_start()
+    from autokernel.gate import verify
+    _preflight(kw.get("policy") or Policy())
+    tmp = Path(tempfile.mkdtemp(prefix="autokernel-cluster-"))
+    try:
+        kdir = None
+        if kernels is not None:
+            kdir = tmp / "kernels"
+            kdir.mkdir()
+            for k, data in kernels.items():
+                (kdir / Path(k).name).write_bytes(data)
+        (tmp / "candidate").mkdir()
+        cand = tmp / "candidate" / Path(name).name
+        cand.write_bytes(source)
+        v = verify(op, cand, run_dir=tmp / "run", kernels_dir=kdir, **kw)
+        meta["ended"] = time.time()
+        meta["evidence"] = _evidence(Path(v.run_dir))
+        return v, meta
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def bench_on_node(op: str, files: list, incumbent: bytes, cases: list, policy: Policy) -> tuple:
+    """bench.measure on this node (the device is this task's alone): (Measurement, meta with the evidence)."""
+    meta = _node_start()
+    from autokernel.bench.measure import measure
+    _preflight(policy)
+    tmp = Path(tempfile.mkdtemp(prefix="autokernel-cluster-"))
+    try:
+        paths = []
+        for i, (name, data) in enumerate(files):
+            (tmp / f"c{i}").mkdir()
+            paths.append(tmp / f"c{i}" / Path(name).name)
+            paths[-1].write_bytes(data)
+        (tmp / "incumbent").mkdir()
+        inc = tmp / "incumbent" / f"{op}.py"
+        inc.write_bytes(incumbent)
+        m = measure(op, paths, cases, policy, tmp / "job", incumbent=inc)
+        meta["ended"] = time.time()
+        meta["evidence"] = _evidence(tmp / "job")
+        meta["job_root"] = str(tmp / "job")
+        return m, meta
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+# --- back on the driver: the evidence lands in the run directory, paths name the driver's files --------------------
+
+def _write_evidence(root: Path, evidence: dict[str, bytes]) -> None:
+    root.mkdir(parents=True, exist_ok=True)
+    base = root.resolve()
+    for rel, data in evidence.items():
+        dest = (root / rel).resolve()
+        if base not in dest.parents:
+            continue
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.write_bytes(data)
+
+
+def _land_verdict(job: GateJob, v, evidence: dict[str, bytes]):
+    from autokernel.gate.pipeline import default_run_dir
+    run_dir = job.kwargs.get("run_dir")
+    root = (Path(run_dir) if run_dir else default_run_dir(job.op)) / f"{job.op}-{v.candidate_sha256[:12]}"
+    _write_evidence(root, evidence)
+    v.candidate, v.run_dir = str(job.candidate), str(root)
+    v.write(root / "verdict.json")
+    return v
+
+
+def _land_measurement(m, meta: dict, job_root: Path, candidates: list[Path], incumbent: Path):
+    """The node's temporary paths replaced by the driver's: files by position (the incumbent first), job
+    directories by prefix."""
+    _write_evidence(job_root, meta.pop("evidence"))
+    for f, path in zip(m.files, [incumbent, *candidates]):
+        f.path = str(path)
+    node_root = meta.pop("job_root")
+    m.job_dirs = [str(job_root) + d[len(node_root):] if d.startswith(node_root) else d for d in m.job_dirs]
+    return m
