@@ -64,6 +64,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
+from autokernel.paths import INSTALLED
 from autokernel.sandbox import bwrap, seccomp
 from autokernel.sandbox.channel import LogTail, drain, parse_frame, wait_exit, write_log
 from autokernel.sandbox.limits import MB, Cgroup, preexec, process_limit
@@ -226,7 +227,7 @@ def _sweep_once() -> None:
 
 def _command(plan: _Plan, in_dir: Path, pythonpath: list[Path], ro_paths: list[Path], gpu: bool,
              limits: Sandbox, seccomp_fd: int | None) -> list[str]:
-    cmd = _harness_cmd([bwrap.PROJECT, *pythonpath])
+    cmd = _harness_cmd([INSTALLED, *pythonpath])
     if not plan.bwrap:
         return cmd
     disk = limits.disk_mb * MB
