@@ -1,9 +1,12 @@
 """Where gate and bench jobs run: local sandbox slots on this machine, or Ray tasks on a cluster.
 
     executor(address, policy) -> Local | RayCluster   --cluster ADDRESS, else RAY_ADDRESS, else policy cluster.address
+    connect(address, policy) -> RayCluster | None      the same, None for local (autokernel run keeps its own path)
     ex.verify(op, candidate, **kw) -> Verdict                 drop-in for autokernel.gate.verify
     ex.measure(op, candidates, cases, policy, job_root, incumbent) -> Measurement   drop-in for bench.measure.measure
     ex.gate_jobs([GateJob]) -> [JobResult]                    many gate jobs at once; one lost job never raises
+    ray_cluster.pool                                          a submit(fn, ...) -> Future executor as wide as the
+                                                              cluster: agent/workers.py's gate pool on a cluster
 
 Trust. A Ray task runs TRUSTED autokernel code on its node, the same gate.verify / bench.measure the local path calls,
 and that code starts bubblewrap on the node: candidate code never runs in the Ray worker process. A task is given
@@ -97,11 +100,15 @@ def _ray():
     return ray
 
 
-def executor(address: str | None, policy: Policy) -> "Local | RayCluster":
-    """Ray when an address is given (the argument, then RAY_ADDRESS, then policy cluster.address), else local
-    slots."""
+def connect(address: str | None, policy: Policy) -> "RayCluster | None":
+    """The Ray cluster named by the argument, else RAY_ADDRESS, else policy cluster.address; None when none is."""
     address = address or os.environ.get("RAY_ADDRESS") or policy.cluster.address or None
-    return RayCluster(address, policy) if address else Local(policy)
+    return RayCluster(address, policy) if address else None
+
+
+def executor(address: str | None, policy: Policy) -> "Local | RayCluster":
+    """Ray when an address is given (see connect), else local slots."""
+    return connect(address, policy) or Local(policy)
 
 
 class Local:
@@ -144,6 +151,16 @@ class RayCluster:
                 ray.init(address=None if address == "local" else address, **kw)
         self.resources = dict(ray.cluster_resources())
         self.node_cpus = [n["Resources"].get("CPU", 1.0) for n in ray.nodes() if n.get("Alive")]
+        self._pool: ThreadPoolExecutor | None = None
+
+    @property
+    def pool(self) -> ThreadPoolExecutor:
+        """Threads that wait on gate tasks, as many as the cluster runs at once (its GPUs, else its CPUs): the
+        executor agent/workers.py submits gate jobs to, in place of the local slots."""
+        if self._pool is None:
+            width = int(self.resources.get("GPU", 0)) or int(self.resources.get("CPU", 1))
+            self._pool = ThreadPoolExecutor(max_workers=max(1, width), thread_name_prefix="autokernel-ray")
+        return self._pool
 
     def _options(self, kind: str) -> dict:
         return {**task_resources(kind, self.resources, self.node_cpus), "max_retries": self.policy.cluster.retries,

@@ -137,9 +137,9 @@ def shown(inner, console: Console) -> Shown:
     return (ShownStaged if staged else Shown)(inner, console)
 
 
-def sandbox_evaluator(op_dir: Path, policy, trace: str | None, layout: paths.Layout):
+def sandbox_evaluator(op_dir: Path, policy, trace: str | None, layout: paths.Layout, executor=None):
     from autokernel.agent.evaluate import SandboxEvaluator
-    return SandboxEvaluator(op_dir, policy, trace=trace, layout=layout)
+    return SandboxEvaluator(op_dir, policy, trace=trace, layout=layout, executor=executor)
 
 
 def _confirm(console: Console, question: str) -> bool:
@@ -270,10 +270,15 @@ def fits(op: str, t: dict, pol, console: Console) -> bool:
 
 
 def context(*, agent, model, base_url, repo, policy_file, console, yes=False, interactive=False, llm=None,
-            make_evaluator=None, nightly: bool = False) -> Context:
+            make_evaluator=None, nightly: bool = False, cluster: str | None = None) -> Context:
     """Everything checked before any slow step (exit 2, one line): the checkout (a git work tree with kernels/), the
     policy, the provider with its API key and --base-url (one probe of the server), the sandbox's isolation for
-    candidates from an untrusted author (an LLM, or the unattended nightly), and the model itself."""
+    candidates from an untrusted author (an LLM, or the unattended nightly), the Ray cluster if one is named
+    (--cluster, RAY_ADDRESS: autokernel/cluster.py; its nodes check their own isolation, and check_candidate still
+    runs here), and the model itself."""
+    import functools
+
+    from autokernel import cluster as cluster_mod
     from autokernel import sandbox
     from autokernel.agent.command import agent_settings, make_model
     from autokernel.agent.providers import preflight
@@ -287,8 +292,10 @@ def context(*, agent, model, base_url, repo, policy_file, console, yes=False, in
         preflight(settings.provider, settings.model, settings.base_url)
     if make_evaluator is None:
         sandbox.preflight(pol.sandbox, untrusted_author=nightly or settings.provider != "search")
+    remote = cluster_mod.connect(cluster, pol)  # None: this machine's slots
     model = llm or make_model(settings, seed=0, bench=pol.bench)
-    return Context(layout, pol, settings, model, make_evaluator or sandbox_evaluator, console, yes, interactive)
+    return Context(layout, pol, settings, model, make_evaluator or functools.partial(sandbox_evaluator,
+                   executor=remote), console, yes, interactive, remote and remote.pool)
 
 
 def pipeline(ctx: Context, *, op: Optional[str], resume: Optional[Path], trace: Optional[Path]
@@ -366,11 +373,14 @@ def run_cmd(
     yes: bool = typer.Option(False, "--yes", help="Commit accepted kernels without asking."),
     resume: Optional[Path] = typer.Option(None, help="Continue an interrupted run (its sandbox/run-* directory)."),
     policy_file: Optional[Path] = typer.Option(None, "--policy", help="policies.yaml (default: the checkout's)."),
+    cluster: Optional[str] = typer.Option(None, help="Run gate and bench jobs as Ray tasks on this cluster (ray://"
+                                                     "host:10001; default: RAY_ADDRESS, else this machine's slots; "
+                                                     "needs pip install -e '.[ray]')."),
 ):
     """The main job: profile, rank, let an agent rewrite the top kernels, gate, benchmark, commit wins."""
     console = Console()
     ctx = context(agent=agent, model=model, base_url=base_url, repo=repo, policy_file=policy_file, console=console,
-                  yes=yes, interactive=True)
+                  yes=yes, interactive=True, cluster=cluster)
     _, outcomes = pipeline(ctx, op=op, resume=resume, trace=trace)
     if model_errors(console, outcomes):
         raise typer.Exit(2)
@@ -391,6 +401,8 @@ def nightly_cmd(
     open_pr: bool = typer.Option(False, "--open-pr", help="Open a pull request (GITHUB_TOKEN; repo from origin)."),
     github_api: str = typer.Option("https://api.github.com", help="GitHub REST API base URL."),
     policy_file: Optional[Path] = typer.Option(None, "--policy", help="policies.yaml (default: the checkout's)."),
+    cluster: Optional[str] = typer.Option(None, help="Run gate and bench jobs on this Ray cluster (default: "
+                                                     "RAY_ADDRESS, else this machine)."),
 ):
     """The CI bot: the same pipeline, non-interactive, under the policy's budgets. Exit 0 with or without a win; 2 if
     any session ended on a model error (the win of another op is still committed and reported)."""
@@ -402,7 +414,7 @@ def nightly_cmd(
     if open_pr and not token:
         raise UserError("--open-pr needs GITHUB_TOKEN in the environment")
     ctx = context(agent=agent, model=model, base_url=base_url, repo=repo, policy_file=policy_file, console=console,
-                  yes=True, nightly=True)
+                  yes=True, nightly=True, cluster=cluster)
     state, outcomes = pipeline(ctx, op=op, resume=None, trace=trace)
     out.mkdir(parents=True, exist_ok=True)
     committed = [o for o in outcomes if o.status == "committed"]

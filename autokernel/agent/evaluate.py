@@ -121,18 +121,19 @@ class SandboxEvaluator:
     `trace` (a traces/<run>/ directory or its summary.json) gives the shapes and call weights; without one, the
     spec's model shapes, one call each. `layout` is the target checkout (autokernel.paths): its kernels/<op>.py is
     the incumbent the gate checks signatures against and the bench times. `verify_kwargs` narrows the gate's case
-    grid (tests only).
+    grid (tests only). `executor` (autokernel/cluster.py: a Ray cluster) runs the gate and bench jobs; None: here.
     """
 
     def __init__(self, run_dir: str | Path, policy: Policy | None = None, trace: str | Path | None = None,
                  seed: int | None = None, verify_kwargs: dict | None = None, layout: Layout | None = None,
-                 clock=time.monotonic):
+                 clock=time.monotonic, executor=None):
         self.run_dir, self.policy, self.trace = Path(run_dir), policy or Policy(), trace
         self.seed, self.verify_kwargs = seed, verify_kwargs or {}
         self.layout = layout or paths.target()
         self.seen: dict[str, Feedback] = {}
         self.clock = clock
         self._checks = itertools.count(1)
+        self.executor = executor
 
     def cases(self, op: str) -> list[dict]:
         """[{shape, calls, dtype}] as the benchmark takes them."""
@@ -164,8 +165,9 @@ class SandboxEvaluator:
         path.write_text(source)
         from autokernel import gate
         shapes = [c["shape"] for c in self.cases(op)] if self.trace is not None else None
-        verdict = gate.verify(op, path, shapes=shapes, seed=self.seed, policy=policy, run_dir=job,
-                              kernels_dir=self.layout.kernels, **self.verify_kwargs)
+        verify = gate.verify if self.executor is None else self.executor.verify
+        verdict = verify(op, path, shapes=shapes, seed=self.seed, policy=policy, run_dir=job,
+                         kernels_dir=self.layout.kernels, **self.verify_kwargs)
         feedback = from_verdict(verdict)
         feedback.sha256, feedback.path = digest, str(path)
         if policy.sandbox.timeout_s < self.policy.sandbox.timeout_s and any(
@@ -187,7 +189,7 @@ class SandboxEvaluator:
             raise TimeoutError(f"{digest[:8]} passed the gate; its benchmark needs at least ~{need:.3g} s "
                                f"({self.policy.bench.rounds} rounds) and {left:.3g} s are left")
         measure(feedback, op, path, path.parent, self.cases(op), capped(self.policy, left),
-                self.layout.kernel_file(op))
+                self.layout.kernel_file(op), self.executor)
         self._keep(path.parent, feedback)
         return feedback
 
@@ -221,6 +223,7 @@ class SandboxEvaluator:
         measurements is biased upwards): the Measurement the commit reports, or UserError if the incumbent fails."""
         from autokernel.bench.measure import IncumbentFailed
         from autokernel.bench.measure import measure as bench
+        bench = bench if self.executor is None else self.executor.measure
         digest = sha256(source)
         job = self.run_dir / f"confirm-{digest[:8]}"
         job.mkdir(parents=True, exist_ok=True)
@@ -256,10 +259,12 @@ def _pct(shapes: list) -> float | None:
 
 
 def measure(feedback: Feedback, op: str, path: Path, job: Path, cases: list[dict], policy: Policy,
-            incumbent: Path) -> None:
-    """Fill in the benchmark's figures: the target's kernels/<op>.py vs the candidate, A/B in the sandbox."""
+            incumbent: Path, executor=None) -> None:
+    """Fill in the benchmark's figures: the target's kernels/<op>.py vs the candidate, A/B in the sandbox (of this
+    machine, or of a cluster node: `executor`, autokernel/cluster.py)."""
     from autokernel.bench.measure import IncumbentFailed
     from autokernel.bench.measure import measure as bench
+    bench = bench if executor is None else executor.measure
     try:
         m = bench(op, [path], cases, policy, job, incumbent=incumbent)
     except IncumbentFailed as e:  # the environment, not the candidate: stop the session (exit 2)
