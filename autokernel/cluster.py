@@ -270,6 +270,22 @@ def _node_start() -> dict:
     return {"node": node, "pid": os.getpid(), "started": time.time(), "secrets_in_worker_env": seen}
 
 
+_swept = False
+
+
+def _node_tmp() -> Path:
+    """A private temporary directory for one job, autokernel-cluster-<worker pid>-*. A worker killed mid-job never
+    removes its own, so each worker process first removes those of workers that are gone (as sandbox.run does)."""
+    global _swept
+    if not _swept:
+        _swept = True
+        for d in Path(tempfile.gettempdir()).glob("autokernel-cluster-*-*"):
+            pid = d.name.split("-")[2]
+            if pid.isdigit() and not Path(f"/proc/{pid}").exists() and not d.is_symlink():
+                shutil.rmtree(d, ignore_errors=True)
+    return Path(tempfile.mkdtemp(prefix=f"autokernel-cluster-{os.getpid()}-"))
+
+
 def _evidence(root: Path) -> dict[str, bytes]:
     """The regular files under `root` (written by the trusted parent on the node), up to EVIDENCE_CAP bytes."""
     out, total = {}, 0
@@ -299,7 +315,7 @@ def gate_on_node(op: str, name: str, source: bytes, kernels: dict | None, kw: di
     meta = _node_start()
     from autokernel.gate import verify
     _preflight(kw.get("policy") or Policy())
-    tmp = Path(tempfile.mkdtemp(prefix="autokernel-cluster-"))
+    tmp = _node_tmp()
     try:
         kdir = None
         if kernels is not None:
@@ -323,7 +339,7 @@ def bench_on_node(op: str, files: list, incumbent: bytes, cases: list, policy: P
     meta = _node_start()
     from autokernel.bench.measure import measure
     _preflight(policy)
-    tmp = Path(tempfile.mkdtemp(prefix="autokernel-cluster-"))
+    tmp = _node_tmp()
     try:
         paths = []
         for i, (name, data) in enumerate(files):

@@ -102,3 +102,14 @@ def test_secret_names_and_their_removal(monkeypatch):
     with cluster._without_secrets():
         assert "OPENAI_API_KEY" not in os.environ
     assert os.environ["OPENAI_API_KEY"] == "x"  # the driver keeps its own
+
+
+def test_a_killed_workers_job_directory_is_swept(monkeypatch, tmp_path):
+    monkeypatch.setattr(cluster.tempfile, "gettempdir", lambda: str(tmp_path))
+    monkeypatch.setattr(cluster, "_swept", False)
+    dead = tmp_path / "autokernel-cluster-999999999-abc"  # no such pid: its worker is gone
+    live = tmp_path / f"autokernel-cluster-{os.getpid()}-def"
+    dead.mkdir(), live.mkdir()
+    new = cluster._node_tmp()
+    assert new.parent == tmp_path and new.name.startswith(f"autokernel-cluster-{os.getpid()}-")
+    assert not dead.exists() and live.exists()
