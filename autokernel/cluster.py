@@ -31,6 +31,7 @@ never a verdict on the candidate).
 from __future__ import annotations
 
 import os
+import queue
 import re
 import shutil
 import tempfile
@@ -112,12 +113,12 @@ def executor(address: str | None, policy: Policy) -> "Local | RayCluster":
 
 
 class Local:
-    """This machine: gate jobs in parallel, one per sandbox slot (autokernel/sandbox/slots.py); benches one at a
-    time, since two timings sharing the device would disturb each other."""
+    """This machine: gate jobs in parallel, one per sandbox slot and pinned to it (autokernel/sandbox/slots.py:
+    its GPU, its threads); benches one at a time, since two timings sharing the device would disturb each other."""
 
     def __init__(self, policy: Policy):
         from autokernel.sandbox.slots import default_slots
-        self.policy, self.width = policy, len(default_slots(policy.sandbox))
+        self.policy, self.slots = policy, default_slots(policy.sandbox)
         self._bench = threading.Lock()
 
     def verify(self, op: str, candidate, **kw):
@@ -130,11 +131,21 @@ class Local:
             return measure(op, candidates, cases, policy, job_root, incumbent=incumbent)
 
     def gate_jobs(self, jobs: list[GateJob]) -> list[JobResult]:
+        from autokernel.sandbox.slots import pinned
+        free: queue.Queue = queue.Queue()
+        for slot in self.slots:
+            free.put(slot)
+
         def one(job: GateJob) -> JobResult:
-            t0 = time.time()
-            v = self.verify(job.op, job.candidate, **job.kwargs)
+            slot = free.get()
+            try:
+                with pinned(slot):
+                    t0 = time.time()
+                    v = self.verify(job.op, job.candidate, **job.kwargs)
+            finally:
+                free.put(slot)
             return JobResult(True, v, meta={"node": "local", "pid": os.getpid(), "started": t0, "ended": time.time()})
-        with ThreadPoolExecutor(max_workers=max(1, self.width)) as pool:
+        with ThreadPoolExecutor(max_workers=max(1, len(self.slots))) as pool:
             return list(pool.map(one, jobs))
 
 

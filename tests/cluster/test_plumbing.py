@@ -113,3 +113,26 @@ def test_a_killed_workers_job_directory_is_swept(monkeypatch, tmp_path):
     new = cluster._node_tmp()
     assert new.parent == tmp_path and new.name.startswith(f"autokernel-cluster-{os.getpid()}-")
     assert not dead.exists() and live.exists()
+
+
+def test_local_gate_jobs_run_one_per_slot_pinned(monkeypatch, tmp_path):
+    import threading
+    import time
+
+    from autokernel.sandbox.slots import pinned_env
+    lock, running, seen = threading.Lock(), [0], []
+
+    def fake_verify(op, path, **kw):
+        with lock:
+            running[0] += 1
+            seen.append((running[0], pinned_env().get("OMP_NUM_THREADS")))
+        time.sleep(0.2)
+        with lock:
+            running[0] -= 1
+        return Path(path).name
+
+    monkeypatch.setattr(gate, "verify", fake_verify)
+    local = cluster.Local(Policy(sandbox={"slots": 2}))
+    out = local.gate_jobs([cluster.GateJob("rmsnorm", tmp_path / f"c{i}.py") for i in range(4)])
+    assert [r.value for r in out] == [f"c{i}.py" for i in range(4)] and all(r.ok for r in out)
+    assert max(n for n, _ in seen) <= 2 and all(threads for _, threads in seen)  # one per slot, each pinned
