@@ -140,8 +140,9 @@ class SandboxEvaluator:
         default = str(device.default_dtype()).removeprefix("torch.")
         if self.trace is None:
             return [{"shape": dict(s), "calls": 1, "dtype": default} for s in opspecs.get(op).model_shapes]
-        from autokernel.bench.trace import shapes_from_trace
-        return [{**c, "dtype": c["dtype"] or default} for c in shapes_from_trace(Path(self.trace), op)]
+        from autokernel.profile import trace as trace_mod
+        traced = trace_mod.cases(trace_mod.load_trace(self.trace, check_device=False), op)
+        return [{**c, "dtype": c["dtype"] or default} for c in traced]
 
     def evaluate(self, op: str, source: str, time_left_s: float | None = None) -> Feedback:
         digest = sha256(source)

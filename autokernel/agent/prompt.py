@@ -66,13 +66,13 @@ def _us(s: float | None) -> str:
 
 def shape_rows(op: str, corpus: list[dict], roof: dict) -> list[dict]:
     """corpus entries {shape, calls, dtype, now_s} -> table rows with the roofline floor and % of peak."""
-    spec = opspecs.get(op)
+    from autokernel.bench import roofline as roofline_mod
+    spec, peak = opspecs.get(op), roofline_mod.from_description(roof)
     rows = []
     for c in corpus:
         dtype = getattr(torch, c["dtype"])
         nbytes, flop = spec.bytes_moved(c["shape"], dtype), spec.flops(c["shape"])
-        gflops, gbps = (roof.get("gflops") or {}).get(c["dtype"]), roof.get("gbps")
-        floor_s = max(nbytes / (gbps * 1e9) if gbps else 0.0, flop / (gflops * 1e9) if gflops else 0.0) or None
+        floor_s = (roofline_mod.floor_ms(flop, nbytes, dtype, peak) / 1e3 or None) if peak else None
         now_s = c["now_s"]
         pct = 100 * floor_s / now_s if floor_s and now_s else None
         rows.append({"shape": ", ".join(f"{k}={v}" for k, v in c["shape"].items()),
@@ -108,11 +108,8 @@ def corpus(op: str, trace: dict | None) -> tuple[list[dict], str]:
 
 def roofline() -> dict:
     """The peaks the benchmark's % of peak is computed against (a trace's own roofline may differ on CPU)."""
-    from autokernel.bench.roofline import peak_for
-    peak = peak_for(device.fingerprint())
-    if peak is None:
-        return {"gbps": None, "gflops": {}, "source": "no peak table entry for this GPU"}
-    return {"gbps": peak.gbps, "gflops": {k: v * 1e3 for k, v in peak.tflops.items()}, "source": peak.source}
+    from autokernel.bench.roofline import describe
+    return describe(device.fingerprint())
 
 
 def _tolerance_rule() -> str:

@@ -15,7 +15,6 @@ from autokernel import device, paths
 from autokernel import policy as policy_mod
 from autokernel.bench.measure import CPU_LABEL, FileResult, IncumbentFailed, Measurement, measure
 from autokernel.bench.stats import Interval
-from autokernel.bench.trace import shapes_from_trace
 from autokernel.errors import UserError
 from autokernel.ops import OPS, get
 from autokernel.untrusted import line as one_line
@@ -27,7 +26,8 @@ def _cases(op: str, trace: Path | None) -> list[dict]:
     default = str(device.default_dtype()).removeprefix("torch.")
     if trace is None:  # no trace: the model's own shapes, one call each
         return [{"shape": dict(s), "calls": 1, "dtype": default} for s in spec.model_shapes]
-    cases = shapes_from_trace(trace, op)
+    from autokernel.profile import trace as trace_mod
+    cases = trace_mod.cases(trace_mod.load_trace(trace, check_device=False), op)
     known = {str(d).removeprefix("torch.") for d in spec.dtypes}
     for c in cases:
         c["dtype"] = c["dtype"] or default

@@ -1,5 +1,6 @@
 """Device peaks and the roofline floor: the least time an op can take, given the bytes it must move and the FLOPs it
-must do. Used by the benchmark (fraction of peak, `bench.implausible`) and by the ranker (headroom).
+must do. The one roofline: the benchmark (fraction of peak, `bench.implausible`), the ranker (headroom, from the
+trace's `roofline` section, which `describe` writes) and the agent's prompt (each shape's floor) all use `floor_ms`.
 
 GPU figures are the vendors' spec sheets: dense (no 2:4 sparsity), HBM/GDDR bandwidth, fp32 on the CUDA cores
 (tf32 would be the lower-precision shortcut, SHORTCUTS.md #13). Nothing real beats them, which is what the
@@ -24,7 +25,8 @@ class Peak:
     tflops: dict[str, float] = field(default_factory=dict)  # dense peak by dtype name: float32, float16, bfloat16
     source: str = "spec sheet"
 
-    def tflops_for(self, dtype: torch.dtype) -> float:
+    def tflops_for(self, dtype: torch.dtype | str) -> float:
+        """The dense peak for `dtype` (a torch dtype or its name), else the float32 one."""
         name = str(dtype).removeprefix("torch.")
         return self.tflops.get(name) or self.tflops.get("float32", 0.0)
 
@@ -81,9 +83,33 @@ def peak_for(fingerprint: dict) -> Peak | None:
     return cpu_peak()
 
 
-def floor_ms(flops: int, bytes_moved: int, dtype: torch.dtype, peak: Peak) -> float:
-    """The roofline's lower bound on one call's time, ms: the slower of moving the bytes and doing the FLOPs."""
-    t_mem = bytes_moved / (peak.gbps * 1e9)
+def describe(fp: dict) -> dict:
+    """The peaks of the device `fp` describes as a trace stores them (summary.json `roofline`: GB/s, GFLOP/s by
+    dtype, where they come from, and what they mean there); `from_description` reads them back."""
+    peak = peak_for(fp)
+    if peak is None:
+        return {"gbps": None, "gflops": {}, "source": "unknown GPU",
+                "note": f"no peak for {fp.get('gpu')!r} in autokernel/bench/roofline.py: ranked by time share only"}
+    note = ("datasheet peak, dense; fp32 on CUDA cores" if fp.get("kind") == "cuda" else
+            "CPU ceiling: op times are Triton-interpreter times, so headroom is interpreter overhead")
+    return {"gbps": peak.gbps, "gflops": {k: v * 1e3 for k, v in peak.tflops.items()},
+            "source": f"{peak.name}: {peak.source}", "note": note}
+
+
+def from_description(roof: dict) -> Peak | None:
+    """The Peak a `describe` section (a trace's `roofline`) stands for; None without a bandwidth."""
+    if not roof.get("gbps"):
+        return None
+    return Peak(str(roof.get("source", "trace")), float(roof["gbps"]),
+                {k: v / 1e3 for k, v in (roof.get("gflops") or {}).items() if v}, str(roof.get("source", "trace")))
+
+
+def bounds_ms(flops: int, bytes_moved: int, dtype: torch.dtype | str, peak: Peak) -> tuple[float, float]:
+    """(ms to move the bytes, ms to do the FLOPs) at the peak: one call's two roofline bounds."""
     tf = peak.tflops_for(dtype)
-    t_math = flops / (tf * 1e12) if tf else 0.0
-    return 1e3 * max(t_mem, t_math)
+    return 1e3 * bytes_moved / (peak.gbps * 1e9), (1e3 * flops / (tf * 1e12) if tf else 0.0)
+
+
+def floor_ms(flops: int, bytes_moved: int, dtype: torch.dtype | str, peak: Peak) -> float:
+    """The roofline's lower bound on one call's time, ms: the slower of moving the bytes and doing the FLOPs."""
+    return max(bounds_ms(flops, bytes_moved, dtype, peak))

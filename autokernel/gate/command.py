@@ -2,7 +2,6 @@
 2 bad input."""
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Optional
@@ -10,36 +9,11 @@ from typing import Optional
 from autokernel.errors import UserError
 
 
-def load_trace_shapes(trace: Path, op: str) -> list[dict[str, int]]:
-    """The shapes a trace saw for `op`. Accepts a trace directory (its summary.json) or a JSON file laid out as
-    {"ops": {op: {"shapes": [...]}}}, {"shapes": {op: [...]}} or {op: [...]}, shapes as {"M": 4, "N": 576} dicts
-    (a {"shape": {...}} wrapper, as a per-call record has, is unwrapped)."""
-    path = trace / "summary.json" if trace.is_dir() else trace
-    if not path.is_file():
-        raise UserError(f"{path}: no such trace file (give a traces/<run>/ directory or its summary.json)")
-    try:
-        data = json.loads(path.read_text())
-    except ValueError as e:
-        raise UserError(f"{path}: not JSON: {e}") from None
-    found = None
-    if isinstance(data, dict):
-        ops = data.get("ops")
-        if isinstance(ops, dict) and isinstance(ops.get(op), dict):
-            found = ops[op].get("shapes")
-        elif isinstance(data.get("shapes"), dict):
-            found = data["shapes"].get(op)
-        elif isinstance(data.get(op), list):
-            found = data[op]
-    if not found:
-        raise UserError(f"{path}: no shapes recorded for op '{op}'")
-    shapes = []
-    for s in found:
-        s = s.get("shape", s) if isinstance(s, dict) else s
-        if not (isinstance(s, dict) and s and all(isinstance(v, int) for v in s.values())):
-            raise UserError(f"{path}: a shape of '{op}' is not a mapping of dimension name to int: {s!r}")
-        if s not in shapes:
-            shapes.append(dict(s))
-    return shapes
+def _traced_shapes(trace: Path, op: str) -> list[dict[str, int]]:
+    """The distinct shapes of `op` in a trace (autokernel.profile.trace, the one reader); another device's trace
+    still gives its shapes."""
+    from autokernel.profile import trace as trace_mod
+    return trace_mod.shapes(trace_mod.load_trace(trace, check_device=False), op)
 
 
 def _policy():
@@ -58,7 +32,7 @@ def verify_command(op: str, candidate: Path, trace: Path | None = None, seed: in
         candidate = Path(candidate)
         if not candidate.is_file():
             raise UserError(f"{candidate}: no such candidate file")
-        shapes = load_trace_shapes(Path(trace), op) if trace else None
+        shapes = _traced_shapes(Path(trace), op) if trace else None
         policy = _policy()
         from autokernel import paths
         layout = paths.target()  # the signature is the incumbent's of the checkout verify runs in

@@ -1,9 +1,8 @@
 """add_rmsnorm: h = residual + x, y = rmsnorm(h) * w (the residual add closing a block, then the next ffn_norm)."""
 import torch
 
+from autokernel.ops.smollm2 import HIDDEN
 from autokernel.ops.spec import OpSpec, Shape, elem_size, sample
-
-HIDDEN = 576
 
 
 def reference(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,

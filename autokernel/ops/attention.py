@@ -2,9 +2,8 @@
 share 3 kv heads, head dim 64)."""
 import torch
 
+from autokernel.ops.smollm2 import HEAD_DIM, N_HEAD, N_HEAD_KV
 from autokernel.ops.spec import OpSpec, Shape, elem_size, sample
-
-HQ, HKV, HEAD_DIM = 9, 3, 64
 
 
 def reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_start: torch.Tensor,
@@ -52,8 +51,8 @@ SPEC = OpSpec(
     shape_of=shape_of,
     flops=_flops,
     bytes_moved=lambda s, dt: (2 * s["Hq"] + 2 * s["Hkv"]) * s["B"] * s["T"] * s["D"] * elem_size(dt),
-    model_shapes=({"B": 1, "Hq": HQ, "Hkv": HKV, "T": 64, "D": HEAD_DIM},
-                  {"B": 4, "Hq": HQ, "Hkv": HKV, "T": 24, "D": HEAD_DIM}),
+    model_shapes=({"B": 1, "Hq": N_HEAD, "Hkv": N_HEAD_KV, "T": 64, "D": HEAD_DIM},
+                  {"B": 4, "Hq": N_HEAD, "Hkv": N_HEAD_KV, "T": 24, "D": HEAD_DIM}),
     odd_shapes=({"B": 3, "Hq": 6, "Hkv": 2, "T": 77, "D": 48}, {"B": 2, "Hq": 4, "Hkv": 1, "T": 1, "D": 16},
                 {"B": 2, "Hq": 3, "Hkv": 3, "T": 130, "D": 64}),
     doc="Causal prefill attention with grouped-query heads: q (B, Hq, T, D), k and v (B, Hkv, T, D), possibly "

@@ -2,9 +2,9 @@
 (SmolLM2-135M: 9 query heads share 3 kv heads, head dim 64)."""
 import torch
 
+from autokernel.ops.smollm2 import HEAD_DIM, N_HEAD, N_HEAD_KV
 from autokernel.ops.spec import OpSpec, Shape, elem_size, sample
 
-HQ, HKV, HEAD_DIM = 9, 3, 64
 STALE = 20.0  # what sits in the cache past kv_len: large, so a kernel that reads it is visibly wrong
 
 
@@ -53,8 +53,8 @@ SPEC = OpSpec(
     shape_of=shape_of,
     flops=lambda s: 4 * s["B"] * s["Hq"] * s["L"] * s["D"],
     bytes_moved=lambda s, dt: (2 * s["Hkv"] * s["L"] + 2 * s["Hq"]) * s["B"] * s["D"] * elem_size(dt),
-    model_shapes=({"B": 1, "Hq": HQ, "Hkv": HKV, "S": 256, "L": 200, "D": HEAD_DIM},
-                  {"B": 4, "Hq": HQ, "Hkv": HKV, "S": 256, "L": 77, "D": HEAD_DIM}),
+    model_shapes=({"B": 1, "Hq": N_HEAD, "Hkv": N_HEAD_KV, "S": 256, "L": 200, "D": HEAD_DIM},
+                  {"B": 4, "Hq": N_HEAD, "Hkv": N_HEAD_KV, "S": 256, "L": 77, "D": HEAD_DIM}),
     odd_shapes=({"B": 3, "Hq": 6, "Hkv": 2, "S": 300, "L": 257, "D": 48}, {"B": 2, "Hq": 4, "Hkv": 2, "S": 8, "L": 1,
                 "D": 16}, {"B": 2, "Hq": 5, "Hkv": 5, "S": 100, "L": 100, "D": 64}),
     doc="Decode attention: q (B, Hq, D) is each sequence's newest query; k_cache and v_cache (B, Hkv, S_max, D) "

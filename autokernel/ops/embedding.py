@@ -1,9 +1,8 @@
 """embedding: out = weight[ids] (llama's token_embd), ids (B, T) int32, weight (V, D)."""
 import torch
 
+from autokernel.ops.smollm2 import HIDDEN, VOCAB
 from autokernel.ops.spec import OpSpec, Shape, elem_size, sample
-
-VOCAB, HIDDEN = 49152, 576
 
 
 def reference(ids: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:

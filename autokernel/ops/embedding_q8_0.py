@@ -2,9 +2,10 @@
 import torch
 
 from autokernel.ops.embedding import make_ids
+from autokernel.ops.smollm2 import HIDDEN, VOCAB
 from autokernel.ops.spec import OpSpec, Shape, elem_size, sample
 
-VOCAB, HIDDEN, QK = 49152, 576, 32
+QK = 32
 
 
 def reference(ids: torch.Tensor, qs: torch.Tensor, scales: torch.Tensor, out_dtype: torch.dtype) -> torch.Tensor:

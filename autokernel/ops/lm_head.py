@@ -1,9 +1,8 @@
 """lm_head: float32 logits = x @ weight.T over the vocabulary (SmolLM2-135M ties it to the token embedding)."""
 import torch
 
+from autokernel.ops.smollm2 import HIDDEN, VOCAB
 from autokernel.ops.spec import OpSpec, Shape, elem_size, sample
-
-HIDDEN, VOCAB = 576, 49152
 
 
 def reference(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:

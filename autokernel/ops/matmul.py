@@ -1,9 +1,8 @@
 """matmul: y = x @ weight.T, the model's float projections (q, k, v, o, gate, up, down) in nn.Linear layout."""
 import torch
 
+from autokernel.ops.smollm2 import FFN, HIDDEN, KV
 from autokernel.ops.spec import OpSpec, Shape, elem_size, sample
-
-HIDDEN, KV, FFN = 576, 192, 1536  # SmolLM2-135M: hidden, n_kv_heads * head_dim, intermediate
 
 
 def reference(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:

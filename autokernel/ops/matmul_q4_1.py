@@ -5,9 +5,9 @@ j < 16, the high nibble of byte j - 16 otherwise), an fp16 scale d and an fp16 m
 """
 import torch
 
+from autokernel.ops.smollm2 import FFN, HIDDEN, KV
 from autokernel.ops.spec import OpSpec, Shape, elem_size, sample
 
-HIDDEN, KV, FFN = 576, 192, 1536  # SmolLM2-135M: hidden, n_kv_heads * head_dim, intermediate
 QK = 32  # weights per Q4_1 block
 
 

@@ -1,9 +1,8 @@
 """rmsnorm: y = x / sqrt(mean(x^2) + eps) * w over the hidden dim (llama's attn_norm of layer 0)."""
 import torch
 
+from autokernel.ops.smollm2 import HIDDEN
 from autokernel.ops.spec import OpSpec, Shape, elem_size, sample
-
-HIDDEN = 576
 
 
 def reference(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:

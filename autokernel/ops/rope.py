@@ -3,10 +3,9 @@ import math
 
 import torch
 
+from autokernel.ops.smollm2 import CONTEXT, HEAD_DIM, N_HEAD, N_HEAD_KV
+from autokernel.ops.smollm2 import ROPE_THETA as THETA
 from autokernel.ops.spec import OpSpec, Shape, elem_size, sample
-
-N_HEAD, N_HEAD_KV, HEAD_DIM, THETA = 9, 3, 64, 100000.0
-CONTEXT = 8192  # SmolLM2-135M's llama.context_length: every position the engine can reach
 
 
 def reference(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor:

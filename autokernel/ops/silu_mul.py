@@ -2,9 +2,8 @@
 import torch
 import torch.nn.functional as F
 
+from autokernel.ops.smollm2 import FFN
 from autokernel.ops.spec import OpSpec, Shape, elem_size, sample
-
-INTERMEDIATE = 1536
 
 
 def reference(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
@@ -27,7 +26,7 @@ SPEC = OpSpec(
     shape_of=shape_of,
     flops=lambda s: 5 * s["M"] * s["N"],  # neg, exp, add, div, mul
     bytes_moved=lambda s, dt: 3 * s["M"] * s["N"] * elem_size(dt),
-    model_shapes=({"M": 1, "N": INTERMEDIATE}, {"M": 4, "N": INTERMEDIATE}, {"M": 96, "N": INTERMEDIATE}),
+    model_shapes=({"M": 1, "N": FFN}, {"M": 4, "N": FFN}, {"M": 96, "N": FFN}),
     odd_shapes=({"M": 3, "N": 431}, {"M": 1, "N": 6}, {"M": 123, "N": 1823}),
     doc="SwiGLU gating: out = silu(gate) * up = gate / (1 + exp(-gate)) * up, elementwise over gate and up "
         "(..., N) of the same shape and dtype. Compute in float32; the output has the inputs' dtype.",

@@ -1,9 +1,10 @@
 """softmax: next-token probabilities softmax(logits / temperature) over the vocab, for sampling."""
 import torch
 
+from autokernel.ops.smollm2 import VOCAB
 from autokernel.ops.spec import OpSpec, Shape, elem_size, sample
 
-VOCAB, TEMPERATURE = 49152, 0.7
+TEMPERATURE = 0.7
 
 
 def reference(logits: torch.Tensor, temperature: float) -> torch.Tensor:

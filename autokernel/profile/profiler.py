@@ -68,21 +68,6 @@ def _sync() -> None:
         torch.cuda.synchronize()
 
 
-def roofline(fp: dict) -> dict:
-    """The peaks `rank` measures headroom against, from the benchmark's table (autokernel/bench/roofline.py), so
-    rank's headroom and bench's % of peak agree. On the CPU it is a measured ceiling, and the label says what the
-    headroom then is: interpreter overhead."""
-    from autokernel.bench.roofline import peak_for
-    peak = peak_for(fp)
-    if peak is None:
-        return {"gbps": None, "gflops": {}, "source": "unknown GPU",
-                "note": f"no peak for {fp.get('gpu')!r} in autokernel/bench/roofline.py: ranked by time share only"}
-    note = ("datasheet peak, dense; fp32 on CUDA cores" if fp.get("kind") == "cuda" else
-            "CPU ceiling: op times are Triton-interpreter times, so headroom is interpreter overhead")
-    return {"gbps": peak.gbps, "gflops": {k: v * 1e3 for k, v in peak.tflops.items()},
-            "source": f"{peak.name}: {peak.source}", "note": note}
-
-
 def run_id(tag: str) -> str:
     """Sortable by time, unique by a short hash of what ran and when."""
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
@@ -97,6 +82,7 @@ def profile(workload_path: str | Path | None = None, kernels: str = "triton", we
     (every call on CUDA, CPU_TIMED_PER_SHAPE on the interpreter), None or 0 means every call."""
     from autokernel import device
     device.ensure_interpreter()  # before triton is first imported (the engine's kernels, the roofline's fingerprint)
+    from autokernel.bench import roofline
     from autokernel.engine import open_engine
     from autokernel.profile import trace, workload
     from autokernel.profile.pyspy import Sampler
@@ -182,7 +168,7 @@ def profile(workload_path: str | Path | None = None, kernels: str = "triton", we
             "decode_tokens_per_s_basis": "charged op time (sampled)" if sampled else "wall",
         },
         "total_op_ms": total_op_ms,
-        "roofline": roofline(fp),
+        "roofline": roofline.describe(fp),  # the benchmark's peaks: rank's headroom and bench's % of peak agree
         "files": {"chrome_trace": "trace.json", "py_spy": spy.get("raw") if spy else None},
         "py_spy": spy,
         "ops": ops_section,

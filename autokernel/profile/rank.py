@@ -12,7 +12,9 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from autokernel.bench import roofline
 from autokernel.policy import Policy
+from autokernel.profile.trace import Trace
 
 
 @dataclass
@@ -46,16 +48,14 @@ def amdahl(fraction: float, speedup: float) -> float:
 
 
 def roof_ms(entry: dict, peaks: dict) -> tuple[float | None, str | None]:
-    """(ms the op's calls would take at the roofline, what bounds them by time)."""
-    gbps = peaks.get("gbps")
-    if not gbps:
+    """(ms the op's calls would take at the roofline, what bounds them by time), from the trace's roofline section
+    through the benchmark's own floor (autokernel/bench/roofline.py)."""
+    peak = roofline.from_description(peaks)
+    if peak is None:
         return None, None
-    mem = comp = 0.0
-    total = 0.0
+    mem = comp = total = 0.0
     for s in entry["shapes"]:
-        gflops = peaks["gflops"].get(s.get("dtype", "float32")) or peaks["gflops"].get("float32")
-        t_mem = s["bytes"] / (gbps * 1e6)  # bytes / (GB/s) in ms
-        t_comp = s["flops"] / (gflops * 1e6) if gflops else 0.0
+        t_mem, t_comp = roofline.bounds_ms(s["flops"], s["bytes"], s.get("dtype") or "float32", peak)
         mem += s["calls"] * t_mem
         comp += s["calls"] * t_comp
         total += s["calls"] * max(t_mem, t_comp)
@@ -72,7 +72,7 @@ def status_of(op: str, policy: Policy) -> str:
     return "target"
 
 
-def rank(trace: dict, policy: Policy | None = None) -> list[Target]:
+def rank(trace: Trace, policy: Policy | None = None) -> list[Target]:
     """Every op in the trace, targets first by expected end-to-end gain, then the excluded ones."""
     policy = policy or Policy()
     peaks = trace.get("roofline") or {}
@@ -98,6 +98,6 @@ def rank(trace: dict, policy: Policy | None = None) -> list[Target]:
     return out
 
 
-def targets(trace: dict, policy: Policy | None = None) -> list[Target]:
+def targets(trace: Trace, policy: Policy | None = None) -> list[Target]:
     """Only the ops the loop may rewrite, best first."""
     return [t for t in rank(trace, policy) if t.status == "target"]

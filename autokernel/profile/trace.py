@@ -1,4 +1,5 @@
-"""The Trace: traces/<run-id>/summary.json, what `profile` writes and `rank`, the gate and the benchmark read.
+"""The Trace: traces/<run-id>/summary.json, what `profile` writes and `rank`, the agent, the gate and the benchmark
+read, through the one reader here (`load_trace`; `cases` for an op's shape corpus).
 
 summary.json, schema 1 (a change of meaning bumps SCHEMA; readers refuse other schemas):
 
@@ -22,6 +23,7 @@ import json
 import re
 from collections import defaultdict
 from pathlib import Path
+from typing import TypedDict
 
 import numpy as np
 import torch
@@ -33,6 +35,22 @@ from autokernel.profile.recorder import Call
 
 SCHEMA = 1
 TRACES = Path("traces")
+
+
+class Trace(TypedDict, total=False):
+    """A summary.json as `load_trace` returns it (every field: the module docstring), plus `_path`, the file read."""
+    schema: int
+    run_id: str
+    device: dict
+    kernels: str
+    weights: str
+    workload: dict
+    timing: dict
+    totals: dict
+    roofline: dict
+    ops: dict[str, dict]
+    total_op_ms: float
+    _path: str
 
 
 def _layer_free(site: str) -> str:
@@ -146,20 +164,23 @@ def latest(root: Path = TRACES) -> Path:
     return runs[-1].parent
 
 
-def load_trace(path: str | Path, check_device: bool = True) -> dict:
-    """A trace's summary from its run directory or its summary.json. Refuses other schemas and, unless told
-    otherwise, traces taken on another kind of device (their times mean nothing here)."""
+def load_trace(path: str | Path, check_device: bool = True) -> Trace:
+    """A trace's summary from its run directory or its summary.json. Refuses other schemas (a file without one is
+    schema 1, as hand-written shape lists are) and, unless told otherwise, traces taken on another kind of device
+    (their times mean nothing here; their shapes do: `cases` readers pass check_device=False)."""
     path = Path(path)
     file = path / "summary.json" if path.is_dir() else path
     if not file.is_file():
         raise UserError(f"{path}: no such trace (expected a traces/<run-id>/ directory or its summary.json)")
     try:
         trace = json.loads(file.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise UserError(f"{file}: not a valid trace: {e}") from None
-    if not isinstance(trace, dict) or "schema" not in trace or not isinstance(trace.get("ops"), dict):
-        raise UserError(f"{file}: not an autokernel trace summary (no 'schema' or 'ops')")
-    if trace["schema"] != SCHEMA:
+    except (ValueError, UnicodeDecodeError) as e:
+        raise UserError(f"{file}: not a valid trace: not JSON ({e})") from None
+    except OSError as e:
+        raise UserError(f"{file}: cannot read the trace ({e.strerror})") from None
+    if not isinstance(trace, dict) or not isinstance(trace.get("ops"), dict):
+        raise UserError(f"{file}: not an autokernel trace summary (no 'ops' mapping)")
+    if trace.setdefault("schema", SCHEMA) != SCHEMA:
         raise UserError(f"{file}: trace schema {trace['schema']!r}, this autokernel reads schema {SCHEMA}: "
                         f"re-run `autokernel profile`")
     if check_device:
@@ -175,12 +196,31 @@ def _device_name(fp: dict) -> str:
     return f"{fp.get('kind', '?')} ({fp.get('gpu') or fp.get('cpu') or 'unknown'})"
 
 
-def shape_corpus(trace: dict, op: str) -> list[tuple[dict, int]]:
-    """[(shape, calls)] for one op, most time first: the shapes the live engine called it with. [] if the run
-    never called it."""
+def cases(trace: Trace, op: str) -> list[dict]:
+    """The op's shape corpus, [{"shape": {...}, "calls": n, "dtype": str | None}], most time first: the shapes the
+    live engine called it with, which the gate checks and the benchmark weights by calls. UserError (naming the file
+    and the field) for an unknown op, an op the run never called, or a malformed entry."""
     if op not in opspecs.OPS:
         raise UserError(f"unknown op {op!r}; known ops: {', '.join(opspecs.OPS)}")
+    where = trace.get("_path", "the trace")
     entry = trace["ops"].get(op)
-    if entry is None:
-        return []
-    return [(dict(s["shape"]), int(s["calls"])) for s in entry["shapes"]]
+    entries = entry.get("shapes") if isinstance(entry, dict) else None
+    if not entries or not isinstance(entries, list):
+        raise UserError(f"{where}: no shapes recorded for op '{op}' (expected ops.{op}.shapes)")
+    out = []
+    for k, e in enumerate(entries):
+        shape = e.get("shape") if isinstance(e, dict) else None
+        if not isinstance(shape, dict) or not shape or not all(type(v) is int for v in shape.values()):
+            raise UserError(f"{where}: ops.{op}.shapes[{k}].shape must be a mapping of dimension names to integers")
+        calls = e.get("calls", 1)
+        if type(calls) is not int or calls < 1:
+            raise UserError(f"{where}: ops.{op}.shapes[{k}].calls must be a positive integer")
+        dtype = e.get("dtype")
+        out.append({"shape": dict(shape), "calls": calls,
+                    "dtype": dtype.removeprefix("torch.") if isinstance(dtype, str) else None})
+    return out
+
+
+def shapes(trace: Trace, op: str) -> list[dict]:
+    """The distinct shapes of `cases`, in its order (what `autokernel verify --trace` checks)."""
+    return _distinct([c["shape"] for c in cases(trace, op)])

@@ -8,7 +8,6 @@ import pytest
 
 from autokernel.bench import measure as measure_mod
 from autokernel.bench.command import _cases, bench_command
-from autokernel.bench.trace import shapes_from_trace
 from autokernel.errors import UserError
 from autokernel.ops import get
 from autokernel.paths import INSTALLED_LAYOUT
@@ -45,18 +44,19 @@ def test_bad_trace_is_bad_input(capsys, tmp_path):
     assert "no shapes recorded for op 'rmsnorm'" in capsys.readouterr().err
 
 
-def test_trace_reader(tmp_path):
+def test_trace_cases(tmp_path):
+    """The bench reads a trace through the one reader (autokernel.profile.trace): calls weight, dtype defaults."""
     f = tmp_path / "summary.json"
     f.write_text(json.dumps({"ops": {"rmsnorm": {"shapes": [{"shape": {"M": 4, "N": 576}, "calls": 60},
                                                             {"shape": {"M": 1, "N": 576}}]}}}))
-    assert shapes_from_trace(tmp_path, "rmsnorm") == [{"shape": {"M": 4, "N": 576}, "calls": 60, "dtype": None},
-                                                      {"shape": {"M": 1, "N": 576}, "calls": 1, "dtype": None}]
+    assert _cases("rmsnorm", tmp_path) == [{"shape": {"M": 4, "N": 576}, "calls": 60, "dtype": "float32"},
+                                           {"shape": {"M": 1, "N": 576}, "calls": 1, "dtype": "float32"}]
     f.write_text(json.dumps({"ops": {"rmsnorm": {"shapes": [{"shape": {"M": "4"}, "calls": 1}]}}}))
     with pytest.raises(UserError, match=r"shapes\[0\]\.shape"):
-        shapes_from_trace(f, "rmsnorm")
+        _cases("rmsnorm", f)
     f.write_text("{not json")
-    with pytest.raises(UserError, match="not valid JSON"):
-        shapes_from_trace(f, "rmsnorm")
+    with pytest.raises(UserError, match="not JSON"):
+        _cases("rmsnorm", f)
 
 
 def test_without_a_trace_the_model_shapes_count_alike():

@@ -1,16 +1,16 @@
 """`autokernel verify`: exit codes 0 accepted, 1 rejected, 2 bad input; a readable summary or the verdict as JSON."""
 import json
+import re
 from pathlib import Path
 
 import pytest
 import torch
 
-from autokernel.errors import UserError
 from autokernel.gate import command, numeric
-from autokernel.gate.command import load_trace_shapes, verify_command
+from autokernel.gate.command import verify_command
+from autokernel.paths import INSTALLED_LAYOUT
 
 FIXTURES = Path(__file__).parent / "fixtures" / "rmsnorm"
-PROJECT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(autouse=True)
@@ -43,8 +43,8 @@ def test_accepted_is_exit_0(capsys, monkeypatch):
     monkeypatch.setattr(numeric, "plan", lambda spec, shapes, dtypes, dists, seed=0, *_range:
                         quick(spec, shapes, [torch.float32], ["normal"], seed))
     trace = Path("trace.json")
-    trace.write_text(json.dumps({"ops": {"rmsnorm": {"shapes": [{"M": 2, "N": 576}]}}}))
-    assert verify_command("rmsnorm", PROJECT / "kernels" / "rmsnorm.py", trace=trace) == 0
+    trace.write_text(json.dumps({"ops": {"rmsnorm": {"shapes": [{"shape": {"M": 2, "N": 576}, "calls": 3}]}}}))
+    assert verify_command("rmsnorm", INSTALLED_LAYOUT.kernels / "rmsnorm.py", trace=trace) == 0
     out = capsys.readouterr().out
     assert "ACCEPTED" in out and "numeric" in out
 
@@ -55,20 +55,16 @@ def test_bad_trace_is_bad_input(capsys):
     assert "not JSON" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("layout", [
-    {"ops": {"rmsnorm": {"shapes": [{"M": 2, "N": 576}, {"M": 2, "N": 576}]}}},
-    {"shapes": {"rmsnorm": [{"M": 2, "N": 576}]}},
-    {"rmsnorm": [{"shape": {"M": 2, "N": 576}, "calls": 7}]},
+@pytest.mark.parametrize("doc, why", [
+    ({"ops": {"matmul": {"shapes": [{"shape": {"M": 1, "N": 2, "K": 3}}]}}}, "no shapes recorded for op 'rmsnorm'"),
+    ({"shapes": {"rmsnorm": [{"M": 2, "N": 576}]}}, "not an autokernel trace summary"),  # only the profiler's layout
+    ({"ops": {"rmsnorm": {"shapes": [{"M": 2, "N": 576}]}}}, r"ops\.rmsnorm\.shapes\[0\]\.shape"),
 ])
-def test_trace_layouts(tmp_path, layout):
-    (tmp_path / "summary.json").write_text(json.dumps(layout))
-    assert load_trace_shapes(tmp_path, "rmsnorm") == [{"M": 2, "N": 576}]
-
-
-def test_trace_without_the_op(tmp_path):
-    (tmp_path / "summary.json").write_text(json.dumps({"shapes": {"matmul": [{"M": 1, "N": 2, "K": 3}]}}))
-    with pytest.raises(UserError, match="no shapes recorded for op 'rmsnorm'"):
-        load_trace_shapes(tmp_path, "rmsnorm")
+def test_a_trace_verify_cannot_read_is_bad_input_naming_what_to_fix(tmp_path, capsys, doc, why):
+    """verify reads a trace through the one reader (autokernel.profile.trace): one layout, every entry checked."""
+    (tmp_path / "summary.json").write_text(json.dumps(doc))
+    assert verify_command("rmsnorm", FIXTURES / "legit_two_pass.py", trace=tmp_path) == 2
+    assert re.search(why, capsys.readouterr().err)
 
 
 def test_registers_on_the_cli():

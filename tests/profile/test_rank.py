@@ -90,3 +90,26 @@ def test_unknown_peaks_rank_by_share():
     ranked = targets(tr)
     assert [t.op for t in ranked] == ["matmul", "rope"] and all(t.gain is None for t in ranked)
     assert all(math.isfinite(t.e2e_share) for t in ranked)
+
+
+def test_rank_the_prompt_and_the_bench_share_one_floor():
+    """One roofline (autokernel/bench/roofline.py): the headroom rank computes from a trace, the floor the agent's
+    prompt shows per shape and the floor the benchmark's implausibility check uses are the same number."""
+    import torch
+
+    from autokernel import device
+    from autokernel.agent.prompt import roofline as prompt_roofline
+    from autokernel.agent.prompt import shape_rows
+    from autokernel.bench import roofline
+    from autokernel.ops import get
+
+    spec, shape = get("rmsnorm"), {"M": 96, "N": 576}
+    flops, nbytes = spec.flops(shape), spec.bytes_moved(shape, torch.float32)
+    bench = roofline.floor_ms(flops, nbytes, torch.float32, roofline.peak_for(device.fingerprint()))
+    traced = roofline.describe(device.fingerprint())  # what a trace taken here stores
+    ranked, _ = roof_ms({"shapes": [{"calls": 3, "flops": flops, "bytes": nbytes, "dtype": "float32"}]}, traced)
+    (row,) = shape_rows("rmsnorm", [{"shape": shape, "calls": 3, "dtype": "float32", "now_s": None}],
+                        prompt_roofline())
+    assert bench > 0
+    assert ranked == pytest.approx(3 * bench, rel=1e-12)
+    assert row["_floor_s"] * 1e3 == pytest.approx(bench, rel=1e-12)

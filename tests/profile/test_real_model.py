@@ -14,7 +14,7 @@ def test_smollm2_shapes_in_the_corpus(tmp_path):
     assert t["model"]["hidden"] == 576 and t["model"]["n_layers"] == 30
 
     def corpus(op):
-        return [s for s, _ in trace.shape_corpus(t, op)]
+        return trace.shapes(t, op)
 
     assert {(s["N"], s["K"]) for s in corpus("matmul_q4_1")} == {
         (576, 576), (192, 576), (1536, 576), (576, 1536)}  # q/o, k/v (3 kv heads x 64), gate/up, down

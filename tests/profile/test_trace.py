@@ -35,14 +35,42 @@ def test_shares_sum_to_one_and_totals_add_up(ref_trace_dir):
         assert e["p50_ms"] <= e["p95_ms"] and e["mean_ms"] == pytest.approx(e["total_ms"] / e["calls"])
 
 
-def test_shape_corpus(ref_trace_dir):
+def test_cases_are_the_shape_corpus(ref_trace_dir):
     t = trace.load_trace(ref_trace_dir)
-    corpus = trace.shape_corpus(t, "matmul_q4_1")
-    assert all(isinstance(s, dict) and isinstance(n, int) for s, n in corpus)
-    assert sum(n for _, n in corpus) == t["ops"]["matmul_q4_1"]["calls"]
-    assert trace.shape_corpus(t, "matmul") == []  # quant weights: the float matmul never ran
+    corpus = trace.cases(t, "matmul_q4_1")
+    assert all(isinstance(c["shape"], dict) and isinstance(c["calls"], int) for c in corpus)
+    assert sum(c["calls"] for c in corpus) == t["ops"]["matmul_q4_1"]["calls"]
+    assert {c["dtype"] for c in corpus} == {"float32"}
+    assert trace.shapes(t, "matmul_q4_1") == [c["shape"] for c in corpus]  # distinct already: one entry per shape
+    with pytest.raises(UserError, match="no shapes recorded for op 'matmul'"):  # quant weights: never ran
+        trace.cases(t, "matmul")
     with pytest.raises(UserError, match="unknown op 'matmul_q5'"):
-        trace.shape_corpus(t, "matmul_q5")
+        trace.cases(t, "matmul_q5")
+
+
+def _write(tmp_path: Path, doc) -> Path:
+    (tmp_path / "summary.json").write_text(json.dumps(doc))
+    return tmp_path
+
+
+def test_a_hand_written_shape_list_is_read_and_checked(tmp_path):
+    """A summary without schema or device (a hand-written shape list for verify/bench) is schema 1; its entries are
+    checked field by field, and the error names the field."""
+    t = trace.load_trace(_write(tmp_path, {"ops": {"rmsnorm": {"shapes": [
+        {"shape": {"M": 4, "N": 576}, "calls": 60, "dtype": "torch.float16"}, {"shape": {"M": 4, "N": 576}},
+        {"shape": {"M": 1, "N": 576}}]}}}), check_device=False)
+    assert trace.cases(t, "rmsnorm") == [{"shape": {"M": 4, "N": 576}, "calls": 60, "dtype": "float16"},
+                                         {"shape": {"M": 4, "N": 576}, "calls": 1, "dtype": None},
+                                         {"shape": {"M": 1, "N": 576}, "calls": 1, "dtype": None}]
+    assert trace.shapes(t, "rmsnorm") == [{"M": 4, "N": 576}, {"M": 1, "N": 576}]
+    for bad, field in [({"shape": {"M": "4"}}, r"shapes\[0\]\.shape"), ({"M": 4, "N": 576}, r"shapes\[0\]\.shape"),
+                       ({"shape": {"M": 4}, "calls": 0}, r"shapes\[0\]\.calls"), ({"shape": {"M": True}}, "shape")]:
+        t = trace.load_trace(_write(tmp_path, {"ops": {"rmsnorm": {"shapes": [bad]}}}), check_device=False)
+        with pytest.raises(UserError, match=field):
+            trace.cases(t, "rmsnorm")
+    for other_layout in ({"shapes": {"rmsnorm": [{"M": 2, "N": 576}]}}, {"rmsnorm": [{"M": 2, "N": 576}]}):
+        with pytest.raises(UserError, match="not an autokernel trace summary"):
+            trace.load_trace(_write(tmp_path, other_layout), check_device=False)
 
 
 def _copy_with(src: Path, dst: Path, **changes) -> Path:
@@ -64,7 +92,7 @@ def test_refuses_older_schema_other_device_and_junk(ref_trace_dir, tmp_path):
         trace.load_trace(other)
     assert trace.load_trace(other, check_device=False)["device"] == gpu
     (tmp_path / "junk.json").write_text("{not json")
-    with pytest.raises(UserError, match="not a valid trace"):
+    with pytest.raises(UserError, match="not a valid trace: not JSON"):
         trace.load_trace(tmp_path / "junk.json")
     (tmp_path / "list.json").write_text("[1, 2]")
     with pytest.raises(UserError, match="not an autokernel trace"):
