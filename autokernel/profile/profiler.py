@@ -85,7 +85,6 @@ def profile(workload_path: str | Path | None = None, kernels: str = "triton", we
     from autokernel.bench import roofline
     from autokernel.engine import open_engine
     from autokernel.profile import trace, workload
-    from autokernel.profile.pyspy import Sampler
     from autokernel.profile.recorder import Recorder
 
     wl, _text, sha = workload.load(workload_path)
@@ -96,11 +95,47 @@ def profile(workload_path: str | Path | None = None, kernels: str = "triton", we
     timed_per_shape = timed_per_shape or None
     eng = open_engine(model_path, kernels=kernels, weights=weights)
     rec = Recorder(cuda, timed_per_shape)
-    eng.model.ops.observer = rec
     rid = run_id(f"{sha}|{kernels}|{weights}|{model_path}")
     run_dir = Path(out) / rid
     run_dir.mkdir(parents=True, exist_ok=False)
+    counts, wall_ms, spy, sources = _record(eng, wl, rec, run_dir, cuda, py_spy)
 
+    observer_ms = rec.observer_s * 1e3
+    # time outside op calls: on CPU the wall minus what the calls actually took (references and warm-ups included);
+    # on CUDA the wall minus device op time and warm-up compiles (launch gaps count as outside)
+    non_op_ms = (max(0.0, wall_ms - rec.warmup_s * 1e3 - sum(trace.charged_ms(rec.calls))) if cuda
+                 else max(0.0, wall_ms - observer_ms))
+    ops_section, total_op_ms = trace.summarize(rec.calls, non_op_ms)
+    summary = {
+        "schema": trace.SCHEMA,
+        "run_id": rid,
+        "created": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+        "device": fp,
+        "kernels": kernels,
+        "weights": weights,
+        "model": {"path": str(eng.gguf.path), **dataclasses.asdict(eng.model.cfg), "dtype": str(eng.model.dtype)},
+        "workload": {"name": wl.name, "path": str(workload_path or workload.DEFAULT), "sha256": sha,
+                     "spec": wl.model_dump()},
+        "timing": _timing(rec, sources, cuda, timed_per_shape),
+        "totals": {"total_op_ms": total_op_ms, "non_op_ms": non_op_ms, "e2e_ms": total_op_ms + non_op_ms,
+                   "wall_ms": wall_ms, "observer_ms": observer_ms, "calls": len(rec.calls), **counts,
+                   **_decode_rate(rec, ops_section, counts)},
+        "total_op_ms": total_op_ms,
+        "roofline": roofline.describe(fp),  # the benchmark's peaks: rank's headroom and bench's % of peak agree
+        "files": {"chrome_trace": "trace.json", "py_spy": spy.get("raw") if spy else None},
+        "py_spy": spy,
+        "ops": ops_section,
+    }
+    trace.write(summary, run_dir)
+    return run_dir
+
+
+def _record(eng, wl, rec, run_dir: Path, cuda: bool, py_spy: bool) -> tuple[dict, float, dict | None, dict]:
+    """Drive the workload under torch.profiler with `rec` observing every op call (and py-spy sampling, if asked);
+    writes the Chrome trace. Returns (token and phase counts, wall ms, py-spy's summary, timing sources). A failed
+    run leaves no half-written run directory for `rank` to pick up as the latest."""
+    from autokernel.profile.pyspy import Sampler
+    eng.model.ops.observer = rec
     sampler = Sampler(run_dir / "pyspy.txt") if py_spy else None
     if sampler is not None:
         sampler.start()
@@ -113,65 +148,40 @@ def profile(workload_path: str | Path | None = None, kernels: str = "triton", we
     except BaseException:
         if sampler is not None:
             sampler.stop()
-        shutil.rmtree(run_dir, ignore_errors=True)  # no half-written run for `rank` to pick up as the latest
+        shutil.rmtree(run_dir, ignore_errors=True)
         raise
     finally:
         eng.model.ops.observer = None
     spy = sampler.stop() if sampler is not None else None
     sources = rec.finish(prof)
     prof.export_chrome_trace(str(run_dir / "trace.json"))
+    return counts, wall_ms, spy, sources
 
-    observer_ms = rec.observer_s * 1e3
-    # time outside op calls: on CPU the wall minus what the calls actually took (references and warm-ups included);
-    # on CUDA the wall minus device op time and warm-up compiles (launch gaps count as outside)
-    non_op_ms = (max(0.0, wall_ms - rec.warmup_s * 1e3 - sum(trace.charged_ms(rec.calls))) if cuda
-                 else max(0.0, wall_ms - observer_ms))
-    ops_section, total_op_ms = trace.summarize(rec.calls, non_op_ms)
+
+def _timing(rec, sources: dict, cuda: bool, timed_per_shape: int | None) -> dict:
+    """The summary's `timing` section: where the times come from and what they mean on this device."""
     timed = sum(c.timed for c in rec.calls)
-    sampled = timed < len(rec.calls)
+    return {
+        "source": max(sources, key=sources.get) if sources else "none",
+        "sources": sources,
+        "label": "CUDA device time" if cuda else "CPU / Triton interpreter",
+        "timed_calls_per_shape": timed_per_shape,
+        "timed_calls": timed,
+        "extrapolated_calls": len(rec.calls) - timed,
+        "note": ("device kernel time inside each op's record_function range" if cuda else
+                 "wall time of each call through the Triton interpreter: correctness-only timings, never a "
+                 "GPU speed claim" + (f"; after {timed_per_shape} timed calls of a shape, later calls ran the "
+                                      f"torch reference and are charged the shape's mean" if timed_per_shape
+                                      else "")),
+    }
+
+
+def _decode_rate(rec, ops_section: dict, counts: dict) -> dict:
+    """Decode tokens per second. With sampling the wall is not the engine's: decode time is then the decode calls'
+    charged times."""
+    sampled = sum(c.timed for c in rec.calls) < len(rec.calls)
     decode_op_ms = sum(e["phases"].get("decode", {}).get("total_ms", 0.0) for e in ops_section.values())
     decode_s = (decode_op_ms if sampled else counts["decode_ms"]) / 1e3
-    summary = {
-        "schema": trace.SCHEMA,
-        "run_id": rid,
-        "created": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
-        "device": fp,
-        "kernels": kernels,
-        "weights": weights,
-        "model": {"path": str(eng.gguf.path), **dataclasses.asdict(eng.model.cfg), "dtype": str(eng.model.dtype)},
-        "workload": {"name": wl.name, "path": str(workload_path or workload.DEFAULT), "sha256": sha,
-                     "spec": wl.model_dump()},
-        "timing": {
-            "source": max(sources, key=sources.get) if sources else "none",
-            "sources": sources,
-            "label": "CUDA device time" if cuda else "CPU / Triton interpreter",
-            "timed_calls_per_shape": timed_per_shape,
-            "timed_calls": timed,
-            "extrapolated_calls": len(rec.calls) - timed,
-            "note": ("device kernel time inside each op's record_function range" if cuda else
-                     "wall time of each call through the Triton interpreter: correctness-only timings, never a "
-                     "GPU speed claim" + (f"; after {timed_per_shape} timed calls of a shape, later calls ran the "
-                                          f"torch reference and are charged the shape's mean" if timed_per_shape
-                                          else "")),
-        },
-        "totals": {
-            "total_op_ms": total_op_ms,
-            "non_op_ms": non_op_ms,
-            "e2e_ms": total_op_ms + non_op_ms,
-            "wall_ms": wall_ms,
-            "observer_ms": observer_ms,
-            "calls": len(rec.calls),
-            **counts,
-            # with sampling the wall is not the engine's: count decode time as the decode calls' charged times
-            "decode_op_ms": decode_op_ms,
+    return {"decode_op_ms": decode_op_ms,
             "decode_tokens_per_s": counts["decode_tokens"] / decode_s if decode_s else None,
-            "decode_tokens_per_s_basis": "charged op time (sampled)" if sampled else "wall",
-        },
-        "total_op_ms": total_op_ms,
-        "roofline": roofline.describe(fp),  # the benchmark's peaks: rank's headroom and bench's % of peak agree
-        "files": {"chrome_trace": "trace.json", "py_spy": spy.get("raw") if spy else None},
-        "py_spy": spy,
-        "ops": ops_section,
-    }
-    trace.write(summary, run_dir)
-    return run_dir
+            "decode_tokens_per_s_basis": "charged op time (sampled)" if sampled else "wall"}

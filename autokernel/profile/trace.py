@@ -79,74 +79,74 @@ def summarize(calls: list[Call], non_op_ms: float) -> tuple[dict, float]:
     """(ops section, total op ms). `non_op_ms` is the run's time outside op calls (glue, cache writes, sampling)."""
     ms = charged_ms(calls)
     total = float(sum(ms))
-    e2e = total + non_op_ms
     by_op: dict[str, list[int]] = defaultdict(list)
     for i, c in enumerate(calls):
         by_op[c.op].append(i)
-    ops: dict[str, dict] = {}
-    for op, idx in by_op.items():
-        spec = opspecs.get(op)
-        t = np.array([ms[i] for i in idx])
-        flops = bytes_ = 0
-        sites: dict[str, dict] = {}
-        phases: dict[str, dict] = {}
-        shapes: dict[tuple, dict] = {}
-        for i in idx:
-            c = calls[i]
-            shape = dict(c.shape)
-            f, b = spec.flops(shape), spec.bytes_moved(shape, getattr(torch, c.dtype))
-            flops, bytes_ = flops + f, bytes_ + b
-            s = sites.setdefault(c.site, {"calls": 0, "total_ms": 0.0})
-            s["calls"] += 1
-            s["total_ms"] += ms[i]
-            p = phases.setdefault(c.phase, {"calls": 0, "total_ms": 0.0})
-            p["calls"] += 1
-            p["total_ms"] += ms[i]
-            e = shapes.setdefault(c.shape, {"shape": shape, "calls": 0, "timed_calls": 0, "total_ms": 0.0,
-                                            "flops": f, "bytes": b, "dtype": c.dtype, "_layouts": [],
-                                            "_sites": set()})
-            e["calls"] += 1
-            e["timed_calls"] += c.timed
-            if c.timed and c.ms is not None:
-                e["min_ms"] = min(e.get("min_ms", c.ms), c.ms)
-                e["max_ms"] = max(e.get("max_ms", c.ms), c.ms)
-            e["total_ms"] += ms[i]
-            e["_layouts"].append(c.layout)
-            e["_sites"].add(_layer_free(c.site))
-        for s in sites.values():
-            s["mean_ms"] = s["total_ms"] / s["calls"]
-            s["share"] = s["total_ms"] / total if total else 0.0
-        shape_list = []
-        for e in sorted(shapes.values(), key=lambda e: -e["total_ms"]):
-            layouts = e.pop("_layouts")
-            e["sites"] = sorted(e.pop("_sites"))
-            e["mean_ms"] = e["total_ms"] / e["calls"]
-            tensors = [[a for a in lay if len(a) == 4] for lay in layouts]
-            e["dtypes"] = _distinct([{a[0]: a[1] for a in ts} for ts in tensors])
-            e["sizes"] = _distinct([{a[0]: list(a[2]) for a in ts} for ts in tensors])
-            e["strides"] = _distinct([{a[0]: list(a[3]) for a in ts} for ts in tensors])
-            e["scalars"] = _distinct([{a[0]: a[1] for a in lay if len(a) == 2} for lay in layouts])
-            shape_list.append(e)
-        op_ms = float(t.sum())
-        ops[op] = {
-            "calls": len(idx),
-            "timed_calls": sum(calls[i].timed for i in idx),
-            "total_ms": op_ms,
-            "mean_ms": float(t.mean()),
-            "p50_ms": float(np.percentile(t, 50)),
-            "p95_ms": float(np.percentile(t, 95)),
-            "share": op_ms / total if total else 0.0,
-            "e2e_share": op_ms / e2e if e2e else 0.0,
-            "flops_per_call": flops / len(idx),
-            "bytes_per_call": bytes_ / len(idx),
-            "gbps": bytes_ / op_ms / 1e6 if op_ms else 0.0,
-            "gflops": flops / op_ms / 1e6 if op_ms else 0.0,
-            "phases": phases,
-            "sites": sites,
-            "shapes": shape_list,
-        }
-    ops = dict(sorted(ops.items(), key=lambda kv: -kv[1]["total_ms"]))
-    return ops, total
+    ops = {op: _op_entry(op, [calls[i] for i in idx], [ms[i] for i in idx], total, total + non_op_ms)
+           for op, idx in by_op.items()}
+    return dict(sorted(ops.items(), key=lambda kv: -kv[1]["total_ms"])), total
+
+
+def _op_entry(op: str, calls: list[Call], ms: list[float], total: float, e2e: float) -> dict:
+    """One op's entry of the ops section, from its calls and their charged times."""
+    spec = opspecs.get(op)
+    t = np.array(ms)
+    flops = bytes_ = 0
+    sites: dict[str, dict] = {}
+    phases: dict[str, dict] = {}
+    shapes: dict[tuple, dict] = {}
+    for c, c_ms in zip(calls, ms):
+        shape = dict(c.shape)
+        f, b = spec.flops(shape), spec.bytes_moved(shape, getattr(torch, c.dtype))
+        flops, bytes_ = flops + f, bytes_ + b
+        for group, key in ((sites, c.site), (phases, c.phase)):
+            g = group.setdefault(key, {"calls": 0, "total_ms": 0.0})
+            g["calls"] += 1
+            g["total_ms"] += c_ms
+        e = shapes.setdefault(c.shape, {"shape": shape, "calls": 0, "timed_calls": 0, "total_ms": 0.0,
+                                        "flops": f, "bytes": b, "dtype": c.dtype, "_layouts": [], "_sites": set()})
+        e["calls"] += 1
+        e["timed_calls"] += c.timed
+        if c.timed and c.ms is not None:
+            e["min_ms"] = min(e.get("min_ms", c.ms), c.ms)
+            e["max_ms"] = max(e.get("max_ms", c.ms), c.ms)
+        e["total_ms"] += c_ms
+        e["_layouts"].append(c.layout)
+        e["_sites"].add(_layer_free(c.site))
+    for s in sites.values():
+        s["mean_ms"] = s["total_ms"] / s["calls"]
+        s["share"] = s["total_ms"] / total if total else 0.0
+    op_ms = float(t.sum())
+    return {
+        "calls": len(calls),
+        "timed_calls": sum(c.timed for c in calls),
+        "total_ms": op_ms,
+        "mean_ms": float(t.mean()),
+        "p50_ms": float(np.percentile(t, 50)),
+        "p95_ms": float(np.percentile(t, 95)),
+        "share": op_ms / total if total else 0.0,
+        "e2e_share": op_ms / e2e if e2e else 0.0,
+        "flops_per_call": flops / len(calls),
+        "bytes_per_call": bytes_ / len(calls),
+        "gbps": bytes_ / op_ms / 1e6 if op_ms else 0.0,
+        "gflops": flops / op_ms / 1e6 if op_ms else 0.0,
+        "phases": phases,
+        "sites": sites,
+        "shapes": [_shape_entry(e) for e in sorted(shapes.values(), key=lambda e: -e["total_ms"])],
+    }
+
+
+def _shape_entry(e: dict) -> dict:
+    """A shape's accumulated entry made final: its sites (layer-free), mean, and the distinct argument layouts."""
+    layouts = e.pop("_layouts")
+    e["sites"] = sorted(e.pop("_sites"))
+    e["mean_ms"] = e["total_ms"] / e["calls"]
+    tensors = [[a for a in lay if len(a) == 4] for lay in layouts]
+    e["dtypes"] = _distinct([{a[0]: a[1] for a in ts} for ts in tensors])
+    e["sizes"] = _distinct([{a[0]: list(a[2]) for a in ts} for ts in tensors])
+    e["strides"] = _distinct([{a[0]: list(a[3]) for a in ts} for ts in tensors])
+    e["scalars"] = _distinct([{a[0]: a[1] for a in lay if len(a) == 2} for lay in layouts])
+    return e
 
 
 def write(summary: dict, run_dir: Path) -> Path:

@@ -80,6 +80,17 @@ def argv(inputs: Path | None, ro_paths: list[Path], gpu: bool, disk_bytes: int,
     a = [shutil.which("bwrap") or "bwrap", "--unshare-all", "--die-with-parent", "--new-session",
          "--cap-drop", "ALL",
          "--size", str(disk_bytes), "--tmpfs", "/tmp", "--dir", SCRATCH]  # first: see the module docstring
+    a += _host_binds() + _project_binds(inputs, ro_paths) + _device_binds(gpu)
+    a += ["--remount-ro", "/dev", "--remount-ro", "/"]  # /dev/shm and the root would be unmetered tmpfs otherwise
+    if seccomp_fd is not None:
+        a += ["--seccomp", str(seccomp_fd)]
+    return a + ["--chdir", SCRATCH, "--"]
+
+
+def _host_binds() -> list[str]:
+    """The system (read-only, merged-usr symlinks kept as symlinks), the loader's /etc files, the Python
+    installation and virtualenv, and the LD_LIBRARY_PATH directories outside the system ones."""
+    a: list[str] = []
     for d in SYSTEM_DIRS:
         if os.path.islink(d):
             a += ["--symlink", os.readlink(d), d]
@@ -92,19 +103,27 @@ def argv(inputs: Path | None, ro_paths: list[Path], gpu: bool, disk_bytes: int,
     for d in os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep):
         if d and os.path.isdir(d) and not d.startswith(SYSTEM_DIRS):
             a += ["--ro-bind", d, d]
+    return a
+
+
+def _project_binds(inputs: Path | None, ro_paths: list[Path]) -> list[str]:
+    """The project's packages (not the repository), the caller's trusted read-only paths, the job's inputs."""
+    a: list[str] = []
     for pkg in PROJECT_PACKAGES:
         a += ["--ro-bind", str(INSTALLED / pkg), str(INSTALLED / pkg)]
     for p in [*ro_paths, *([inputs] if inputs is not None else [])]:
         a += ["--ro-bind", str(p), str(p)]
-    a += ["--dev", "/dev", "--proc", "/proc"]
+    return a
+
+
+def _device_binds(gpu: bool) -> list[str]:
+    """A minimal /dev and the job's own /proc; on a GPU machine the NVIDIA nodes and /sys too."""
+    a = ["--dev", "/dev", "--proc", "/proc"]
     if gpu:
         for n in gpu_nodes():
             a += ["--dev-bind", n, n]
         a += ["--ro-bind", "/sys", "/sys"]  # the CUDA driver reads PCI topology and NUMA nodes here
-    a += ["--remount-ro", "/dev", "--remount-ro", "/"]  # /dev/shm and the root would be unmetered tmpfs otherwise
-    if seccomp_fd is not None:
-        a += ["--seccomp", str(seccomp_fd)]
-    return a + ["--chdir", SCRATCH, "--"]
+    return a
 
 
 @functools.lru_cache(maxsize=1)
