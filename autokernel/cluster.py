@@ -158,8 +158,13 @@ class RayCluster:
         self.policy = policy
         if not ray.is_initialized():
             kw = {"include_dashboard": False, **init} if address in (None, "local") else init
-            with _without_secrets():
-                ray.init(address=None if address == "local" else address, **kw)
+            try:
+                _probe(address)
+                with _without_secrets():
+                    ray.init(address=None if address == "local" else address, **kw)
+            except (OSError, RuntimeError, ValueError) as e:  # unreachable, refused, malformed
+                raise UserError(f"cannot use the Ray cluster at {address!r} (--cluster / RAY_ADDRESS / policy "
+                                f"cluster.address): {_first_line(e)}") from None
         self.resources = dict(ray.cluster_resources())
         self.node_cpus = [n["Resources"].get("CPU", 1.0) for n in ray.nodes() if n.get("Alive")]
         self._pool: ThreadPoolExecutor | None = None
@@ -240,6 +245,15 @@ class RayCluster:
             return JobResult(False, None, "cluster.worker_lost", f"{type(e).__name__} on each of {tries} attempt(s) "
                              f"(cluster.retries = {tries - 1}): {_first_line(e)}")
         return JobResult(True, value, meta=meta)
+
+
+def _probe(address: str | None, timeout_s: float = 10.0) -> None:
+    """ConnectionError now if a host:port address (ray:// or a GCS) takes no TCP connection: Ray itself keeps
+    retrying an unreachable address for minutes. Other forms ('auto', None, 'local') are left to Ray."""
+    import socket
+    m = re.fullmatch(r"(?:ray://)?\[?([^\]/]+?)\]?:(\d+)/?", address or "")
+    if m:
+        socket.create_connection((m.group(1), int(m.group(2))), timeout=timeout_s).close()
 
 
 def task_resources(kind: str, resources: dict, node_cpus: list[float]) -> dict:

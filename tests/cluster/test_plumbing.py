@@ -136,3 +136,11 @@ def test_local_gate_jobs_run_one_per_slot_pinned(monkeypatch, tmp_path):
     out = local.gate_jobs([cluster.GateJob("rmsnorm", tmp_path / f"c{i}.py") for i in range(4)])
     assert [r.value for r in out] == [f"c{i}.py" for i in range(4)] and all(r.ok for r in out)
     assert max(n for n, _ in seen) <= 2 and all(threads for _, threads in seen)  # one per slot, each pinned
+
+
+def test_an_unreachable_address_fails_fast_not_after_rays_retries():
+    for address in ("127.0.0.1:1", "ray://127.0.0.1:1", "ray://[::1]:1/"):
+        with pytest.raises(OSError):
+            cluster._probe(address, timeout_s=5)
+    for address in ("auto", "local", None):  # left to Ray
+        cluster._probe(address)
