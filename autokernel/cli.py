@@ -76,25 +76,36 @@ def bench(
     raise typer.Exit(bench_command(op, list(candidates or []), trace, as_json, incumbent=incumbent))
 
 
-def _register_optional() -> None:
-    """Stages that live in their own packages register their commands here."""
-    import importlib
-    for module in ("autokernel.gate.command", "autokernel.bench.command", "autokernel.profile.command",
-                   "autokernel.agent.command", "autokernel.policy_command", "autokernel.run",
-                   "autokernel.agent.ledger"):
-        try:
-            mod = importlib.import_module(module)
-        except ModuleNotFoundError as e:
-            if e.name and module.startswith(e.name):
-                continue  # that stage is not installed in this build
-            raise
-        register = getattr(mod, "register", None)
-        if register:
-            register(app)
+@app.command("agent")
+def agent(
+    op: str = typer.Argument(..., help="The op whose kernels/<op>.py the agent rewrites."),
+    provider: Optional[str] = typer.Option(None, "--agent", help="search | anthropic | openai (default: policies.yaml "
+                                                                "agent.provider)."),
+    model: Optional[str] = typer.Option(None, help="Model name (default: the provider's, or the server's first)."),
+    base_url: Optional[str] = typer.Option(None, help="OpenAI-compatible server (vLLM, SGLang, Ollama, llama.cpp)."),
+    trace: Optional[Path] = typer.Option(None, help="traces/<run>/ whose shape corpus to optimise for (default: the "
+                                                    "spec's shapes)."),
+    run_dir: Optional[Path] = typer.Option(None, help="Where candidates and transcript.json go (default: "
+                                                      "sandbox/agent-...)."),
+    seed: int = typer.Option(0, help="The offline search's seed."),
+    repo: Optional[Path] = typer.Option(None, help="The checkout whose kernels/<op>.py is rewritten (default: the one "
+                                                   "here)."),
+):
+    """One agent session on one op, without profiling or committing (the session `autokernel run` runs per op).
+    Exit 0 if a candidate was accepted, 1 if none, 2 on bad input."""
+    from autokernel.agent.command import agent_command
+    raise typer.Exit(agent_command(op, provider, model, base_url, trace, run_dir, seed=seed, repo=repo))
 
 
 def main() -> None:
-    _register_optional()
+    # The sub-commands that live with their stage register themselves; imported only when a command runs, so that
+    # `import autokernel.cli` stays light.
+    from autokernel import policy_command, run
+    from autokernel.agent import ledger
+    from autokernel.gate import command as gate_command
+    from autokernel.profile import command as profile_command
+    for stage in (gate_command, profile_command, policy_command, run, ledger):
+        stage.register(app)
     try:
         rc = app(standalone_mode=False)  # typer.Exit(code) comes back as the return value here
         sys.exit(rc if isinstance(rc, int) else 0)

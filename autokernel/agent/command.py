@@ -1,10 +1,9 @@
-"""One agent session for one op: the piece `autokernel run` (autokernel.run.work_on) and `python -m autokernel.agent`
-share, so the session a commit comes from is the session the tests drive.
+"""One agent session for one op: the piece `autokernel run` (autokernel.run.work_on) and `autokernel agent` share, so
+the session a commit comes from is the session the tests drive.
 
-    settings(policy, agent, model, base_url) -> the policy's agent section with the command line on top
-    make_model(settings, bench=policy.bench) -> the Model; building it checks the provider, the API key and
-    --base-url (exit 2), so
-                            callers build it before any slow step (profiling)
+    agent_settings(policy, agent, model, base_url) -> the policy's agent section with the command line on top
+    make_model(settings, seed, bench=policy.bench) -> the Model; building it checks the provider, the API key and
+        --base-url (exit 2), so callers build it before any slow step (profiling)
     start(op, ...) -> (Result, Session): the session itself (or agent.workers of them: agent/workers.py), with the
                             model(s) and evaluator injected
     run_session(...) -> Result, with a printed summary; agent_command(...) -> exit code 0 (a win) or 1 (none)

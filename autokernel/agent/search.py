@@ -8,7 +8,7 @@ so on CPU they are never proposed), then submits complete files that differ from
 literals (so every proposal stays inside the gate's static grammar). From the incumbent it steps one knob at a time
 to its power-of-two neighbour, keeps going in a direction while the step pays, and sweeps the knobs (in a seeded
 order) until a sweep finds nothing better: tens of evaluations where the full grid is tens of thousands (matmul's 5
-knobs: 33,275 configs; the synthetic bowl in tests/agent/test_agent_search.py is solved in 20). A step pays only
+knobs: 33,275 configs; the synthetic bowl in tests/agent/test_agent_search.py is solved in under 40). A step pays only
 when the candidate's speedup interval clears the policy's bar over the best so far (its lower bound > best x
 bench.min_speedup): a noisy 1.005 is not a direction. It stops proposing when the wall-clock time left cannot fit
 another evaluation as long as the longest one so far. Blocks computed by the launcher (e.g.
@@ -211,7 +211,8 @@ class SearchModel:
 
     interpreter: whether kernels run through the Triton interpreter (default: this machine's device), where
     num_warps / num_stages do nothing and are not searched. min_speedup: the step bar (default bench.min_speedup's
-    default; `autokernel run` passes the policy's). clock: for the evaluation times that bound the wall budget."""
+    default; agent.command.make_model passes the policy's). clock: for the evaluation times that bound the wall
+    budget."""
 
     def __init__(self, seed: int = 0, *, interpreter: bool | None = None, min_speedup: float | None = None,
                  clock=time.monotonic):

@@ -1,8 +1,7 @@
 """verify(): one candidate through the gate's stages, cheapest first, stopping at the first failure.
 
 static (parse only, in this process) -> runtime + numeric (one sandboxed run of the candidate, judged here) ->
-STAGES (appended by the stages' owners: the end-to-end KL stage on the live model goes there) -> Verdict, written
-to <job_dir>/verdict.json.
+the end-to-end KL stage on the live model (autokernel/gate/e2e.py) -> Verdict, written to <job_dir>/verdict.json.
 """
 from __future__ import annotations
 
@@ -26,15 +25,12 @@ from autokernel.policy import Policy
 
 Stage = Callable[[str, Path, Policy], StageResult]
 # Stages run after static, runtime and numeric have passed, in order, each given (op, candidate file, policy); the
-# candidate file is the gate's own copy (the bytes that were hashed). The engine owner appends the end-to-end stage:
-#     from autokernel.gate.pipeline import STAGES; STAGES.append(e2e_check)
+# candidate file is the gate's own copy (the bytes that were hashed). verify's `stages` replaces the default
+# (the end-to-end stage alone) in tests.
 def _e2e(op: str, candidate: Path, policy: Policy, kernels_dir: Path | None = None,
          measured: dict | None = None) -> StageResult:
     from autokernel.gate import e2e
     return e2e.stage(op, candidate, policy, kernels_dir=kernels_dir, measured=measured)
-
-
-STAGES: list[Stage] = [_e2e]
 
 
 def default_run_dir(op: str) -> Path:
@@ -86,7 +82,7 @@ def verify(op: str, candidate_path: str | Path, *, shapes: list[dict] | None = N
         runtime, num = timed(numeric.run, spec, copy, job_dir, policy.sandbox, seed, planned, None,
                              policy.gate.require_bitwise_determinism)
         results += [r for r in (runtime, num) if r is not None]
-    for stage in (STAGES if stages is None else stages):
+    for stage in ((_e2e,) if stages is None else stages):
         if not all(r.passed for r in results):
             break
         params = inspect.signature(stage).parameters

@@ -8,7 +8,6 @@ from fake_llm_api import Call, FakeAPI, anthropic_turn
 
 from autokernel import device
 from autokernel.agent import prompt
-from autokernel.agent.__main__ import main
 from autokernel.agent.command import agent_command, run_session
 from autokernel.errors import UserError
 from autokernel.policy import Policy
@@ -117,8 +116,12 @@ def test_trace_gives_the_shapes(tmp_path):
     assert "| M=5, N=576 | 700 | float32 |" in task
 
 
-def test_module_entry_point_exits_2_on_bad_input(capsys):
-    assert main(["lm_head", "--agent", "search"]) == 2
+def test_the_agent_command_exits_2_on_bad_input(capsys, monkeypatch):
+    from autokernel import cli
+    monkeypatch.setattr("sys.argv", ["autokernel", "agent", "lm_head", "--agent", "search"])
+    with pytest.raises(SystemExit) as e:
+        cli.main()
+    assert e.value.code == 2
     assert "autokernel: error: op 'lm_head' may not be rewritten" in capsys.readouterr().err
 
 
