@@ -2,7 +2,7 @@
 import torch
 
 from autokernel.ops.smollm2 import HIDDEN
-from autokernel.ops.spec import OpSpec, Shape, elem_size, sample
+from autokernel.ops.spec import OpSpec, Shape, elem_size, row_shape, row_shapes, sample
 
 
 def reference(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
@@ -21,7 +21,7 @@ def make_inputs(shape: Shape, dtype, device, gen, dist="normal"):
 
 
 def shape_of(x, residual, weight, eps) -> Shape:
-    return {"M": x.numel() // x.shape[-1], "N": x.shape[-1]}
+    return row_shape(x)
 
 
 SPEC = OpSpec(
@@ -31,7 +31,7 @@ SPEC = OpSpec(
     shape_of=shape_of,
     flops=lambda s: 5 * s["M"] * s["N"],
     bytes_moved=lambda s, dt: (4 * s["M"] * s["N"] + s["N"]) * elem_size(dt),
-    model_shapes=({"M": 1, "N": HIDDEN}, {"M": 4, "N": HIDDEN}, {"M": 96, "N": HIDDEN}),
+    model_shapes=row_shapes(HIDDEN),
     odd_shapes=({"M": 3, "N": 431}, {"M": 1, "N": 6}, {"M": 123, "N": 1823}),
     doc="Residual add then RMSNorm, fused: h = residual + x (rounded to x's dtype), y = h / sqrt(mean(h^2, -1) + "
         "eps) * weight over the last dim of x, residual (..., N), weight (N,). Returns the tuple (y, h) of new "

@@ -23,8 +23,13 @@ def make_inputs(shape: Shape, dtype, device, gen, dist="normal"):
     return {"ids": make_ids(B, T, V, device, gen), "weight": sample((V, D), dtype, device, gen, dist)}
 
 
+def batch_tokens(ids: torch.Tensor) -> tuple[int, int]:
+    """(B, T) of an ids tensor of any shape: its first dimension, and every other folded into T (a scalar: 1, 1)."""
+    return (ids.shape[0], ids.numel() // ids.shape[0]) if ids.dim() else (1, 1)
+
+
 def shape_of(ids, weight) -> Shape:
-    B, T = (ids.shape[0], ids.numel() // ids.shape[0]) if ids.dim() else (1, 1)
+    B, T = batch_tokens(ids)
     return {"B": B, "T": T, "V": weight.shape[0], "D": weight.shape[1]}
 
 

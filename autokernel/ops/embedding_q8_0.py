@@ -1,7 +1,7 @@
 """embedding_q8_0: token_embd stored as GGUF Q8_0, planar: qs int8 (V, D), scales fp16 (V, D // 32)."""
 import torch
 
-from autokernel.ops.embedding import make_ids
+from autokernel.ops.embedding import batch_tokens, make_ids
 from autokernel.ops.smollm2 import HIDDEN, VOCAB
 from autokernel.ops.spec import OpSpec, Shape, elem_size, sample
 
@@ -29,7 +29,7 @@ def make_inputs(shape: Shape, dtype, device, gen, dist="normal"):
 
 
 def shape_of(ids, qs, scales, out_dtype) -> Shape:
-    B, T = (ids.shape[0], ids.numel() // ids.shape[0]) if ids.dim() else (1, 1)
+    B, T = batch_tokens(ids)
     return {"B": B, "T": T, "V": qs.shape[0], "D": qs.shape[1]}
 
 

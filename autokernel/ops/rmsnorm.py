@@ -2,7 +2,7 @@
 import torch
 
 from autokernel.ops.smollm2 import HIDDEN
-from autokernel.ops.spec import OpSpec, Shape, elem_size, sample
+from autokernel.ops.spec import OpSpec, Shape, elem_size, row_shape, row_shapes, sample
 
 
 def reference(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -18,7 +18,7 @@ def make_inputs(shape: Shape, dtype, device, gen, dist="normal"):
 
 
 def shape_of(x, weight, eps) -> Shape:
-    return {"M": x.numel() // x.shape[-1], "N": x.shape[-1]}
+    return row_shape(x)
 
 
 SPEC = OpSpec(
@@ -28,7 +28,7 @@ SPEC = OpSpec(
     shape_of=shape_of,
     flops=lambda s: 4 * s["M"] * s["N"],
     bytes_moved=lambda s, dt: (2 * s["M"] * s["N"] + s["N"]) * elem_size(dt),
-    model_shapes=({"M": 1, "N": HIDDEN}, {"M": 4, "N": HIDDEN}, {"M": 96, "N": HIDDEN}),
+    model_shapes=row_shapes(HIDDEN),
     odd_shapes=({"M": 3, "N": 431}, {"M": 1, "N": 6}, {"M": 123, "N": 1823}),
     doc="Root-mean-square normalisation of each row of x (..., N), then an elementwise scale by weight (N,). "
         "Accumulate in float32; the output has x's dtype.",

@@ -3,7 +3,7 @@ import torch
 import torch.nn.functional as F
 
 from autokernel.ops.smollm2 import FFN
-from autokernel.ops.spec import OpSpec, Shape, elem_size, sample
+from autokernel.ops.spec import OpSpec, Shape, elem_size, row_shape, row_shapes, sample
 
 
 def reference(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
@@ -16,7 +16,7 @@ def make_inputs(shape: Shape, dtype, device, gen, dist="normal"):
 
 
 def shape_of(gate, up) -> Shape:
-    return {"M": gate.numel() // gate.shape[-1], "N": gate.shape[-1]}
+    return row_shape(gate)
 
 
 SPEC = OpSpec(
@@ -26,7 +26,7 @@ SPEC = OpSpec(
     shape_of=shape_of,
     flops=lambda s: 5 * s["M"] * s["N"],  # neg, exp, add, div, mul
     bytes_moved=lambda s, dt: 3 * s["M"] * s["N"] * elem_size(dt),
-    model_shapes=({"M": 1, "N": FFN}, {"M": 4, "N": FFN}, {"M": 96, "N": FFN}),
+    model_shapes=row_shapes(FFN),
     odd_shapes=({"M": 3, "N": 431}, {"M": 1, "N": 6}, {"M": 123, "N": 1823}),
     doc="SwiGLU gating: out = silu(gate) * up = gate / (1 + exp(-gate)) * up, elementwise over gate and up "
         "(..., N) of the same shape and dtype. Compute in float32; the output has the inputs' dtype.",

@@ -12,6 +12,7 @@ import torch
 
 Shape = dict[str, int]
 DISTRIBUTIONS = ("normal", "wide", "near_constant", "sparse", "tiny")
+MODEL_ROWS = (1, 4, 96)  # tokens in one call of a row-wise op: decode at batch 1 and 4, and a 96-token prefill
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,16 @@ def upcast(kwargs: dict[str, Any]) -> dict[str, Any]:
         else:
             out[k] = v
     return out
+
+
+def row_shapes(n: int) -> tuple[Shape, ...]:
+    """The model shapes of a row-wise op over rows of width n: {"M": rows, "N": n} for each of MODEL_ROWS."""
+    return tuple({"M": m, "N": n} for m in MODEL_ROWS)
+
+
+def row_shape(x: torch.Tensor) -> Shape:
+    """A row-wise op's shape from its (..., N) input: every leading dimension folded into the row count M."""
+    return {"M": x.numel() // x.shape[-1], "N": x.shape[-1]}
 
 
 def elem_size(dtype: torch.dtype) -> int:
