@@ -170,11 +170,8 @@ class Git(_Section):
     branch_prefix: str = "autokernel/"
     """Accepted kernels land on <prefix><date>-<op>."""
     commit: bool = True
-    """Commit accepted kernels (on autokernel's own branch, in a separate worktree)."""
-    push: bool = False
-    """Push the branch to the remote."""
-    open_pr: bool = False
-    """Open a pull request through the GitHub REST API (token from GITHUB_TOKEN)."""
+    """Commit accepted kernels (on autokernel's own branch, in a separate worktree). Pushing and opening a pull
+    request are the `nightly` command's --push / --open-pr flags, not policy."""
 
 
 class Gate(_Section):
