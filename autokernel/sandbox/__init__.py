@@ -235,6 +235,7 @@ def _command(plan: _Plan, in_dir: Path, pythonpath: list[Path], ro_paths: list[P
 
 
 def _execute(entry, payload, job_dir, limits, plan, in_dir, scratch, pythonpath, ro_paths, env, gpu):
+    """Start the job, feed it, wait for it (killed at the timeout) and judge how it ended (module docstring)."""
     scratch_path = bwrap.SCRATCH if plan.bwrap else str(scratch)
     child_env = bwrap.env(scratch_path, pythonpath, env)
     seccomp_fd = seccomp.program_fd(plan.fork) if plan.seccomp else None
@@ -242,7 +243,6 @@ def _execute(entry, payload, job_dir, limits, plan, in_dir, scratch, pythonpath,
     rfd, wfd = os.pipe()
     nonce = secrets.token_hex(16).encode()
     keep = tuple(fd for fd in (wfd, seccomp_fd) if fd is not None)
-    log, chunks = LogTail(), []
     t0 = time.perf_counter()
     try:
         try:
@@ -253,32 +253,14 @@ def _execute(entry, payload, job_dir, limits, plan, in_dir, scratch, pythonpath,
         except (OSError, subprocess.SubprocessError) as e:
             return SandboxResult(False, "sandbox.error", f"could not start the sandbox: {e}", job_dir=job_dir,
                                  isolation=plan.label())
-        for fd in keep:
-            os.close(fd)
-        wfd = seccomp_fd = -1
-        readers = [threading.Thread(target=drain, args=(rfd, chunks), daemon=True),
-                   threading.Thread(target=log.drain, args=(proc.stdout,), daemon=True)]
-        for t in readers:
-            t.start()
+        finally:
+            _close(*keep)  # the child has its own copies of the result pipe's write end and the filter
         msg = {"nonce": nonce.decode(), "entry": entry, "payload": payload, "inputs": str(in_dir)}
-        threading.Thread(target=_feed, args=(proc, msg), daemon=True).start()
-        timed_out = not wait_exit(proc, limits.timeout_s)
-        if timed_out:
-            _kill(proc, plan.cgroup)
-            proc.wait()
-        if plan.cgroup is not None:
-            plan.cgroup.kill()  # stragglers that left the process group (setsid) die with the job
-        for t in readers:
-            t.join(timeout=5)
+        timed_out, chunks, log = _supervise(proc, rfd, msg, limits, plan.cgroup)
         wall_s = time.perf_counter() - t0
         oom = plan.cgroup is not None and plan.cgroup.oom_killed()
     finally:
-        for fd in (rfd, wfd, seccomp_fd if seccomp_fd is not None else -1):
-            if fd >= 0:
-                try:
-                    os.close(fd)
-                except OSError:
-                    pass
+        _close(rfd)
     write_log(job_dir / LOG_NAME, entry, plan.label(), proc.returncode, log)
     res = _Outcome(job_dir, wall_s, plan, limits, log)
     if timed_out:
@@ -289,6 +271,36 @@ def _execute(entry, payload, job_dir, limits, plan, in_dir, scratch, pythonpath,
     if frame is not None:
         return res.from_frame(frame)
     return res.from_exit(proc.returncode, oom)
+
+
+def _supervise(proc: subprocess.Popen, rfd: int, msg: dict, limits: Sandbox,
+               cgroup: Cgroup | None) -> tuple[bool, list[bytes], LogTail]:
+    """Drain the result pipe and the job's output, feed it its message, and wait for it: killed (process group and
+    cgroup) at the timeout; stragglers that left the process group die with the job. Returns (timed out, the result
+    pipe's chunks, the output's tail)."""
+    log, chunks = LogTail(), []
+    readers = [threading.Thread(target=drain, args=(rfd, chunks), daemon=True),
+               threading.Thread(target=log.drain, args=(proc.stdout,), daemon=True)]
+    for t in readers:
+        t.start()
+    threading.Thread(target=_feed, args=(proc, msg), daemon=True).start()
+    timed_out = not wait_exit(proc, limits.timeout_s)
+    if timed_out:
+        _kill(proc, cgroup)
+        proc.wait()
+    if cgroup is not None:
+        cgroup.kill()
+    for t in readers:
+        t.join(timeout=5)
+    return timed_out, chunks, log
+
+
+def _close(*fds: int) -> None:
+    for fd in fds:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
 
 
 class _Outcome:
