@@ -80,7 +80,9 @@ def find(source: str | bytes, op: str, reference_launcher: Path | None = None, *
         return [Finding("static.syntax", e.lineno or 0, f"does not parse: {e.msg}")]
     except (ValueError, RecursionError, MemoryError) as e:
         return [Finding("static.syntax", 0, f"does not parse: {type(e).__name__}")]
-    facts = Facts(op=op, allow_inline_asm=allow_inline_asm, reference=_reference(op, reference_launcher))
+    incumbent = _incumbent(op, reference_launcher)
+    facts = Facts(op=op, allow_inline_asm=allow_inline_asm, reference=_reference(op, incumbent),
+                  reinterpret=static_common.reinterpretations(incumbent) if incumbent else frozenset())
     try:
         _check_module(tree, facts)
     except RecursionError:
@@ -97,6 +99,7 @@ class Facts:
     op: str
     allow_inline_asm: bool
     reference: dict[str, dict]  # launcher name -> its parameters in the incumbent (see _params)
+    reinterpret: frozenset[str] = frozenset()  # bit reinterpretation the incumbent uses (static_common.reinterpret)
     aliases: dict[str, str] = field(default_factory=dict)  # local name -> qualified: tl -> triton.language
     jit: dict[str, ast.FunctionDef] = field(default_factory=dict)
     launchers: dict[str, ast.FunctionDef] = field(default_factory=dict)
@@ -359,13 +362,18 @@ def _params(fn: ast.FunctionDef) -> dict:
             "annotations": {p.arg: p.annotation for p in a.posonlyargs + a.args + a.kwonlyargs}}
 
 
-def _reference(op: str, reference_launcher: Path | None) -> dict[str, dict]:
-    """The public launcher(s) of the incumbent kernels/<op>.py (parsed, trusted): name -> parameters; else the
-    op spec's reference function's signature; else nothing (then only the name is checked)."""
+def _incumbent(op: str, reference_launcher: Path | None) -> ast.Module | None:
+    """The incumbent kernels/<op>.py, parsed (trusted); None if there is none."""
     path = reference_launcher or INSTALLED_LAYOUT.kernels / f"{op}.py"
-    if path.is_file():
+    return static_common.parse(path.read_text()) if path.is_file() else None
+
+
+def _reference(op: str, incumbent: ast.Module | None) -> dict[str, dict]:
+    """The public launcher(s) of the incumbent kernels/<op>.py: name -> parameters; else the op spec's reference
+    function's signature; else nothing (then only the name is checked)."""
+    if incumbent is not None:
         out = {}
-        for node in static_common.parse(path.read_text()).body:
+        for node in incumbent.body:
             if isinstance(node, ast.FunctionDef) and not node.decorator_list and not node.name.startswith("_"):
                 out[node.name] = _params(node)
         if out:

@@ -163,3 +163,67 @@ def special(node: ast.AST) -> bool:
     if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
         return any(special(e) for e in node.elts)
     return False
+
+
+# --- bit reinterpretation (a precision cheat with no narrow dtype in sight) -----------------------------------------
+
+def reinterpretations(tree: ast.AST) -> frozenset[str]:
+    """What bit reinterpretation a (trusted, incumbent) kernel file uses, read syntactically: "bitcast" for a
+    `.to(..., bitcast=True)` / `tl.cast(..., bitcast=True)`, "pointer_type:<dtype>" for each pointer re-typing,
+    "view_dtype" for a host `.view(torch.<dtype>)`. A candidate may use what its incumbent does, nothing more."""
+    out = set()
+    for c in ast.walk(tree):
+        if not isinstance(c, ast.Call):
+            continue
+        f = c.func
+        name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
+        if name in ("to", "cast") and _bitcast_arg(c, name, method=isinstance(f, ast.Attribute) and
+                                                   ast.unparse(f.value) not in ("tl", "triton.language")):
+            out.add("bitcast")
+        elif name == "pointer_type" and c.args:
+            out.add(f"pointer_type:{ast.unparse(c.args[0]).rpartition('.')[2]}")
+        elif name == "view" and len(c.args) == 1 and ast.unparse(c.args[0]).startswith("torch."):
+            out.add("view_dtype")
+    return frozenset(out)
+
+
+def _bitcast_arg(c: ast.Call, name: str, method: bool) -> ast.AST | None:
+    """The bitcast argument of a `.to()`/`.cast()` method call or a `tl.cast()` call, unless it is literally off."""
+    index = 2 if method else 3  # to(dtype, fp_downcast_rounding, bitcast) / cast(input, dtype, rounding, bitcast)
+    arg = next((k.value for k in c.keywords if k.arg == "bitcast"), c.args[index] if len(c.args) > index else None)
+    if arg is None or isinstance(arg, ast.Constant) and arg.value in (None, False, 0):
+        return None
+    return arg
+
+
+def reinterpret(c: ast.Call, facts: Facts, method: bool) -> None:
+    """A kernel call that reinterprets bits: `x.to(tl.int32, bitcast=True)`, `tl.cast(x, ..., bitcast=True)`, or a
+    pointer re-typed to another element type (`p.to(tl.pointer_type(tl.int32))`). Masking the mantissa of a float's
+    bits and casting back is a narrower float with no narrow dtype named (static.precision); reading a buffer
+    through another element type is the same trick on memory. Allowed only where the incumbent kernels/<op>.py
+    does the same kind (matmul_q4_1 reads its packed codes as uint32 words)."""
+    f = c.func
+    name = f.attr if isinstance(f, ast.Attribute) else None
+    q = facts.qual(f)
+    if q == "triton.language.pointer_type":
+        target = facts.qual(c.args[0]) if c.args else None
+        kind = f"pointer_type:{(target or '?').rpartition('.')[2]}"
+        if not (target and target.startswith("triton.language.")) or kind not in facts.reinterpret:
+            allowed = sorted(k.partition(":")[2] for k in facts.reinterpret if k.startswith("pointer_type:"))
+            facts.add("static.precision", c, f"{ast.unparse(c)[:50]}: reads memory as another element type (bit "
+                                             f"reinterpretation); kernels/{facts.op}.py re-types " +
+                                             (f"pointers to {', '.join(allowed)} only" if allowed else "no pointer"))
+        return
+    if q == "triton.language.cast" or name in ("to", "cast") and q is None:
+        if _bitcast_arg(c, "cast" if q else name, method=q is None) is not None and \
+                "bitcast" not in facts.reinterpret:
+            facts.add("static.precision", c, f"{ast.unparse(c)[:50]}: reinterprets the bits (a float's mantissa "
+                                             "masked as an integer is a narrower float; a pointer's bits are where "
+                                             f"the data lives); kernels/{facts.op}.py uses no bitcast")
+
+
+def host_view_dtype(c: ast.Call, facts: Facts) -> None:
+    """`x.view(torch.int32)` in the launcher: the kernel then sees the data's bits as integers (see reinterpret)."""
+    if "view_dtype" not in facts.reinterpret:
+        facts.add("static.precision", c, f"{ast.unparse(c)[:50]}: views the data as another dtype (bit "
+                                         f"reinterpretation); kernels/{facts.op}.py does not")

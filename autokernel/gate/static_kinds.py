@@ -12,7 +12,7 @@ import ast
 from typing import TYPE_CHECKING
 
 from autokernel.gate import allowlist as A
-from autokernel.gate.static_common import TYPE_NAMES, name_why, narrow, precision
+from autokernel.gate.static_common import TYPE_NAMES, host_view_dtype, name_why, narrow, precision
 
 if TYPE_CHECKING:
     from autokernel.gate.static import Facts
@@ -318,6 +318,8 @@ class Kinds:
         if m in A.NARROW_METHODS:
             self.add("static.precision", c, f"{ast.unparse(c)[:50]}: down-casts the op's data in the launcher")
             return frozenset({T})
+        if base & {T, ANY} and m == "view" and any(DT in a for a in args):
+            host_view_dtype(c, self.facts)
         if base & {T, ANY} and m in A.TENSOR_METHODS:
             if every & TENSORISH and m not in ("view_as", "expand_as"):
                 self.add("static.forbidden_call", c, f"{ast.unparse(c)[:50]}: a tensor as an argument of .{m}() "

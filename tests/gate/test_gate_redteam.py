@@ -15,13 +15,15 @@ import pytest
 import torch
 from gate_fixtures import QUICK_DTYPES, QUICK_SHAPES, fixtures
 
-from autokernel.gate import StageResult, Verdict, judge, numeric, schedule, verify
+from autokernel.gate import StageResult, Verdict, judge, numeric, schedule, thresholds, verify
 from autokernel.ops import get
 from autokernel.policy import Policy
 
 PROJECT = Path(__file__).resolve().parents[2]
 DYNAMIC = [f for f in fixtures() if not f.expect.startswith("static.")]
 DEFENCE = [f for f in fixtures() if f.runtime_expect]
+# One xdist worker takes the module: `jobs` submits the jobs of every collected test, and each worker collects all.
+pytestmark = pytest.mark.xdist_group("redteam")
 
 
 def _params(fxs) -> list:
@@ -47,7 +49,8 @@ def _runtime_only(fx, run_dir: Path) -> StageResult:
     job.mkdir(parents=True)
     copy = job / f"{fx.op}.py"
     copy.write_bytes(fx.path.read_bytes())
-    planned = numeric.plan(spec, QUICK_SHAPES.get(fx.op), QUICK_DTYPES, fx.dists)
+    planned = numeric.plan(spec, QUICK_SHAPES.get(fx.op), QUICK_DTYPES, fx.dists, 12345, fx.max_rows,
+                           thresholds.extract(fx.path.read_bytes()))  # the range sweep as in the full run
     runtime, num = numeric.run(spec, copy, job, Policy().sandbox, 12345, planned)
     return runtime if not runtime.passed else num
 
