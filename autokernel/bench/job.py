@@ -37,10 +37,11 @@ Why one file per process: a file that shares a process with another can wrap, pa
 damage the other's outputs, and a benchmark that blames the other then blames the wrong file. Here no file ever
 runs in a process where another file's figures are taken.
 
-Inside the job, against the file's cheating on its own figures (SHORTCUTS.md #4, #5, #15, #17, #19, #20):
-- the clocks are bound when this module is imported, before the file exists in the process; the attributes of the
-  libraries (time, torch, triton, numpy, builtins), this harness and the op's trusted modules are compared with a
-  snapshot after the import, after every warm-up call and every few timed calls (`bench.tampered`);
+Inside the job, against the file's cheating on its own figures (docs/shortcuts.md #4, #5, #15, #17, #19, #20):
+- the clocks are bound when this module is imported, before the file exists in the process; the process state the
+  gate's job guards too (autokernel/harness.py, Snapshot: the libraries' attributes, torch flags and RNG states,
+  the environment, this harness and the op's trusted modules) is compared with a snapshot after the import, after
+  every warm-up call and every few timed calls (`bench.tampered`);
 - a Python thread left running by a call is `bench.tampered` (work finished after the timer stopped);
 - inputs are refilled in place before every call (stable pointers, fresh values): the pool sets come from the
   parent's seed, each repetition rescales them;
@@ -57,11 +58,13 @@ import random
 import resource
 import secrets
 import sys
-import threading
 import time
 from pathlib import Path
 
 import torch
+
+from autokernel import harness, kernel_loader
+from autokernel.harness import BenchPayload, BenchReport, Kept, Reject
 
 # Bound before any kernel file is imported: patching time.perf_counter_ns or torch.cuda.Event later changes nothing.
 _perf_ns = time.perf_counter_ns
@@ -81,25 +84,13 @@ _Event = torch.cuda.Event
 _record = torch.cuda.Event.record
 _elapsed = torch.cuda.Event.elapsed_time
 _sync = torch.cuda.synchronize
-_enumerate_threads = threading.enumerate
 _randbelow = secrets.randbelow  # os.urandom underneath: no state in this process to read or predict
 
 POOL = 4  # input sets per shape; every repetition also rescales one (values never repeat)
 KEEP = 8  # timed outputs per shape returned for the parent to check (all of them when there are no more calls)
-GUARD_EVERY = 8  # timed calls between snapshot comparisons (~3k attributes, ~3 ms each)
+GUARD_EVERY = 8  # timed calls between snapshot comparisons (harness.Snapshot: ~5k objects, ~7 ms each)
 THREAD_JOIN_S = 10.0
 WARMUP_S = {"cuda": 0.05, "cpu": 0.0}
-# Namespaces whose attributes no kernel file may replace: the clocks, what launchers and the harness call.
-SURFACE = ("time", "torch", "torch.Tensor", "torch.cuda", "torch.cuda.Event", "torch.nn.functional", "triton",
-           "triton.language", "triton.runtime.jit", "triton.runtime.jit.JITFunction", "numpy", "builtins", "secrets")
-
-
-class Rejected(Exception):
-    """The file failed while being timed: its reason code and one line of detail."""
-
-    def __init__(self, reason: str, detail: str):
-        super().__init__(detail)
-        self.reason, self.detail = reason, detail
 
 
 # --- inputs: one definition, used by the job and by the parent that re-creates them to judge the outputs ----------
@@ -125,71 +116,26 @@ def values(sets: list[dict], seed: int, ci: int, rep: int) -> dict:
 
 # --- the harness's own integrity ---------------------------------------------------------------------------------
 
-def _resolve(name: str):
-    import importlib
-    parts = name.split(".")
-    for k in range(len(parts), 0, -1):
-        try:
-            obj = importlib.import_module(".".join(parts[:k]))
-            break
-        except ImportError:
-            continue
-    else:
-        return None
-    for p in parts[k:]:
-        obj = getattr(obj, p, None)
-    return obj
+class _Guard:
+    """The state the file must leave alone (harness.Snapshot: the libraries and clocks, this module, the op's trusted
+    spec and loader, flags, environment, threads), taken before its import; any change is `bench.tampered`."""
 
+    def __init__(self, op: str, spec):
+        strict = (__name__, "autokernel.ops.spec", f"autokernel.ops.{op}")
+        self.base = harness.Snapshot(kernel_loader.module_name(op), strict, {f"{op} spec": spec})
 
-def _guard(op: str, spec):
-    """Snapshot SURFACE, this harness and the op's trusted modules; return (check, new_threads) closures.
+    def new_threads(self) -> list:
+        return self.base.new_threads()
 
-    check(where) raises Rejected("bench.tampered"). Closures with every builtin they use bound now: patching builtins
-    or this module afterwards changes nothing in them.
-    """
-    import types
-    _vars, _callable, _isinstance, _module, _threads = vars, callable, isinstance, types.ModuleType, _enumerate_threads
-    loose = {n: o for n in SURFACE if (o := _resolve(n)) is not None}
-    strict = {n: o for n in (__name__, "autokernel.ops.spec", "autokernel.kernel_loader", f"autokernel.ops.{op}")
-              if (o := _resolve(n)) is not None}
-    strict[f"{op} spec"] = spec
-    spaces = {**loose, **strict}
-    base = {n: {k: v for k, v in _vars(o).items() if n in strict or _callable(v) or _isinstance(v, _module)}
-            for n, o in spaces.items()}
-    threads0 = set(_threads())
-
-    def new_threads() -> list:
-        return [t for t in _threads() if t not in threads0]
-
-    def check(where: str) -> None:
-        threads = new_threads()
+    def __call__(self, where: str) -> None:
+        threads = self.base.new_threads()
         if threads:
-            for t in threads:
+            for t in threads:  # its work ends before the job returns, not while the outputs are sent
                 t.join(THREAD_JOIN_S)
-            raise Rejected("bench.tampered", f"left a Python thread running ({where})")
-        changed = [f"{n}.{k}" for n, snap in base.items() for k, v in snap.items()
-                   if _vars(spaces[n]).get(k, check) is not v]
+            raise Reject("bench.tampered", f"left a Python thread running ({where})")
+        changed = self.base.diff(self.base.again())
         if changed:
-            raise Rejected("bench.tampered", f"replaced {', '.join(changed[:4])} ({where})")
-
-    return check, new_threads
-
-
-def _init_triton(device: str) -> None:
-    """Launch one trusted kernel so that the interpreter's/driver's lazy set-up predates the snapshot."""
-    import triton
-    import triton.language as tl
-
-    @triton.jit
-    def _copy(src_ptr, dst_ptr, BLOCK: tl.constexpr):
-        offs = tl.arange(0, BLOCK)
-        tl.store(dst_ptr + offs, tl.load(src_ptr + offs))
-
-    src = torch.zeros(16, device=device)
-    dst = torch.empty(16, device=device)
-    _copy[(1,)](src, dst, BLOCK=16)
-    if device == "cuda":
-        _sync()
+            raise Reject("bench.tampered", f"{changed.detail} ({where})")
 
 
 # --- timing --------------------------------------------------------------------------------------------------------
@@ -238,7 +184,7 @@ class _Case:
         self.sets = pool(spec, case, seed, ci)
         self.buf = {k: v.to(device, copy=True) if isinstance(v, torch.Tensor) else v for k, v in self.sets[0].items()}
         self.clocks: dict[str, list[float]] = {}  # clock name -> one reading per timed call
-        self.kept: list[dict] = []
+        self.kept: list[Kept] = []
         self.seen = 0
 
     def args(self, rep: int) -> dict:
@@ -255,7 +201,7 @@ class _Case:
             return
         outs = list(out) if isinstance(out, (tuple, list)) else [out]
         copies = [o.detach().to("cpu", copy=True) if type(o) is torch.Tensor else type(o).__name__ for o in outs]
-        item = {"case": self.ci, "rep": rep, "outputs": copies}
+        item: Kept = {"case": self.ci, "rep": rep, "outputs": copies}
         if slot == len(self.kept):
             self.kept.append(item)
         else:
@@ -267,12 +213,12 @@ def _call(fn, timer, case: _Case, rep: int, where: str):
     try:
         return timer(fn, kw)
     except BaseException as e:  # noqa: BLE001 -- SystemExit from a kernel file rejects it, nothing more
-        raise Rejected("bench.error", f"{type(e).__name__}: {e} ({where})"[:500]) from None
+        raise Reject("bench.error", f"{harness.describe(e)} ({where})") from None
 
 
-def time_file(payload: dict, inputs: Path) -> dict:
-    """payload: op, cases [{shape, dtype}], seed, reps; the file is inputs/<op>.py. Returns raw figures, a status."""
-    from autokernel import kernel_loader
+def time_file(payload: BenchPayload, inputs: Path) -> BenchReport:
+    """Sandbox entry. payload (harness.BenchPayload): op, cases [{shape, dtype}], seed, reps; the file is
+    inputs/<op>.py. Returns raw figures and, if the file failed, its failure as data (harness.BenchReport)."""
     kernel_loader.neutral_process()  # also imports `kernels`: the interpreter switch on a machine without CUDA
     from autokernel.ops import get
     device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -280,25 +226,25 @@ def time_file(payload: dict, inputs: Path) -> dict:
     spec = get(op)
     cases = [_Case(spec, c, seed, ci, device) for ci, c in enumerate(payload["cases"])]
     timer = _timer(device)
-    _init_triton(device)
-    out = {"device": device, "status": "ok", "detail": ""}
-    guard, new_threads = _guard(op, spec)
+    harness.warm_launch(device)  # the interpreter's/driver's lazy set-up predates the snapshot
+    out: BenchReport = {"device": device, "failure": None, "cases": []}
+    guard = _Guard(op, spec)
     try:
-        try:
-            fn = kernel_loader.launcher_of(kernel_loader.load_kernel(op, Path(inputs) / f"{op}.py"), op)
-        except Exception as e:  # noqa: BLE001 -- a file that fails to import is a rejection, not a crash
-            raise Rejected("bench.error", f"import failed: {type(e).__name__}: {e}"[:500]) from None
+        try:  # the one loader (harness, autokernel.kernel_loader): as the gate and the engine load the file
+            fn = harness.launcher(harness.import_candidate(op, Path(inputs) / f"{op}.py"), op)
+        except Reject as r:
+            raise Reject("bench.error", f"import failed: {r.detail}") from None
         guard("at import")
         _warm(fn, timer, cases, guard, device)
-        _timed(fn, timer, cases, reps, guard, new_threads)
+        _timed(fn, timer, cases, reps, guard)
         guard("at the end")
-    except Rejected as e:
-        out.update(status=e.reason, detail=e.detail)
+    except Reject as r:
+        out["failure"] = r.record()
     out["cases"] = [{**c.clocks, "kept": c.kept} for c in cases]
     return out
 
 
-def _warm(fn, timer, cases: list[_Case], guard, device: str) -> None:
+def _warm(fn, timer, cases: list[_Case], guard: _Guard, device: str) -> None:
     """Compile, fill caches, autotune: each shape at least once, every call guarded, nothing kept."""
     until = _monotonic() + WARMUP_S[device]
     rep = -1
@@ -311,7 +257,7 @@ def _warm(fn, timer, cases: list[_Case], guard, device: str) -> None:
         rep -= 1
 
 
-def _timed(fn, timer, cases: list[_Case], reps: int, guard, new_threads) -> None:
+def _timed(fn, timer, cases: list[_Case], reps: int, guard: _Guard) -> None:
     """reps x every shape; the shapes' order rotates each repetition so none always follows another."""
     n = 0
     for rep in range(reps):
@@ -323,7 +269,7 @@ def _timed(fn, timer, cases: list[_Case], reps: int, guard, new_threads) -> None
             for clock, v in ms.items():
                 c.clocks.setdefault(clock, []).append(float(v))
             n += 1
-            if n % GUARD_EVERY == 0 or new_threads():
+            if n % GUARD_EVERY == 0 or guard.new_threads():
                 guard(where)
 
 

@@ -36,8 +36,9 @@ A round's per-shape figure is a median over those repetitions: a tight figure pe
 rounds is not dominated by the jitter within a job.
 
 Judged here, never in a job: every output the job returns (a random sample of its timed calls, chosen after each
-call) is compared with the reference the PARENT computes from inputs it re-creates from its own seed; counts, case
-indices and repetitions are checked against what was asked; a job's own status can only reject its file. While a
+call) is compared with the reference the PARENT computes from inputs it re-creates from its own seed, by the gate's
+own judge (autokernel.ops.tolerance.judge: a timed output the gate would reject is `bench.mismatch`); counts, case
+indices and repetitions are checked against what was asked; a job's own failure can only reject its file. While a
 job runs, autokernel.bench.watch records every other process in it (`bench.tampered`) and its CPU and wall time.
 """
 from __future__ import annotations
@@ -52,17 +53,17 @@ import numpy as np
 import torch
 
 from autokernel import device as device_mod
-from autokernel import sandbox
+from autokernel import harness, sandbox
 from autokernel.bench import job, lockstep, roofline
 from autokernel.bench.measure import CPU_LABEL, IncumbentFailed, Measurement, judge
 from autokernel.bench.stats import rse_of_median, se_of_weighted_log_ratio
 from autokernel.ops import get
 from autokernel.ops.spec import upcast
-from autokernel.ops.tolerance import compare
+from autokernel.ops.tolerance import judge as judge_outputs
 from autokernel.policy import Policy
 from autokernel.untrusted import line
 
-ENTRY = "autokernel.bench.job:time_file"
+ENTRY = harness.entry(job.time_file)
 FIRST_REPS = 3  # repetitions per shape in round 0, which also measures what a repetition costs
 MIN_REPS = 3
 MAX_REPS = {"cuda": 2000, "cpu": 300}
@@ -88,13 +89,13 @@ class Timed:
     jobs: list[dict] = field(default_factory=list)
 
 
-def _reference(spec, vals: dict) -> list:
-    """(float64 truth, eager in the call's dtype) per output, each on private copies of the inputs."""
+def _reference(spec, vals: dict) -> tuple[list, list]:
+    """(float64 truth, eager in the call's dtype): one list of outputs each, on private copies of the inputs."""
     def outs(r):
         return list(r) if isinstance(r, (tuple, list)) else [r]
     ref64 = outs(spec.reference(**upcast(vals)))
     eager = outs(spec.reference(**{k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in vals.items()}))
-    return list(zip(ref64, eager))
+    return ref64, eager
 
 
 class Round:
@@ -105,7 +106,7 @@ class Round:
         self._pools: dict[int, list[dict]] = {}
         self._refs: dict[tuple[int, int], list] = {}
 
-    def reference(self, ci: int, rep: int) -> list:
+    def reference(self, ci: int, rep: int) -> tuple[list, list]:
         if (ci, rep) not in self._refs:
             if ci not in self._pools:
                 self._pools[ci] = job.pool(self.spec, self.cases[ci], self.seed, ci)
@@ -125,10 +126,12 @@ def check(rnd: Round, data) -> tuple[str, str, list[float], list[float]]:
     judged here."""
     if not isinstance(data, dict) or not isinstance(data.get("cases"), list) or len(data["cases"]) != len(rnd.cases):
         return "bench.error", "the job returned malformed data", [], []
-    status = data.get("status")
-    if status != "ok":
-        reason = status if status in CHILD_REASONS else "bench.error"
-        return reason, line(data.get("detail", ""), 300), [], []
+    failure = data.get("failure")
+    if failure is not None:  # harness.FailureRecord; the job's word can only reject its own file
+        if not isinstance(failure, dict):
+            return "bench.error", "the job returned a malformed failure", [], []
+        reason = failure.get("reason") if failure.get("reason") in CHILD_REASONS else "bench.error"
+        return reason, line(failure.get("detail", ""), 300), [], []
     meds, wall = [], []
     for ci, case in enumerate(data["cases"]):
         where = f"shape {rnd.cases[ci]['shape']}"
@@ -157,23 +160,19 @@ def _check_outputs(rnd: Round, ci: int, kept) -> str:
                 or not isinstance(outs, list):
             return "the job returned malformed outputs"
         reps.add(rep)
-        ref = rnd.reference(ci, rep)
-        if len(outs) != len(ref):
-            return f"repetition {rep}: {len(outs)} outputs, expected {len(ref)}"
-        for o, (r, e) in zip(outs, ref):
-            if type(o) is not torch.Tensor or tuple(o.shape) != tuple(r.shape) or o.dtype != e.dtype:
-                got = f"{tuple(o.shape)} {o.dtype}" if type(o) is torch.Tensor else line(o, 40)
-                return f"repetition {rep}: output is {got}, expected {tuple(r.shape)} {e.dtype}"
-            c = compare(o, r, e, o.dtype)
-            if not c.ok:
-                return f"output of timed call {rep} differs from the reference: {c.detail()}"
+        ref64, eager = rnd.reference(ci, rep)
+        j = judge_outputs(outs, ref64, eager)  # the gate's judge: no output passes here that the gate rejects
+        if j.reason == "numeric.bad_output":
+            return f"repetition {rep}: {j.detail}"
+        if not j.ok:
+            return f"output of timed call {rep} differs from the reference: {j.detail}"
     return ""
 
 
 def _job(op: str, f: Timed, rnd: Round, r: int, k: int, policy: Policy, root: Path) -> lockstep.Job:
     """The sandboxed job of file f in round r, k-th in the round's order; not started yet."""
-    payload = {"op": op, "cases": [{"shape": c["shape"], "dtype": c["dtype"]} for c in rnd.cases],
-               "seed": rnd.seed, "reps": rnd.reps}
+    payload: harness.BenchPayload = {"op": op, "cases": [{"shape": c["shape"], "dtype": c["dtype"]} for c in rnd.cases],
+                                     "seed": rnd.seed, "reps": rnd.reps}
     name = f"round{r:02d}-{k}-{f.role}{'' if f.role == 'incumbent' else f.path.stem}-{secrets.token_hex(2)}"
     job_dir = root / name
     env = JOB_ENV["cuda" if rnd.clock == CLOCK["cuda"] else "cpu"]

@@ -17,23 +17,11 @@ from typing import Any
 
 import torch
 
+from autokernel.harness import INT_OF_SIZE, Reject  # Reject: the one failure type of jobs and judges
 from autokernel.ops.spec import OpSpec, upcast
-from autokernel.ops.tolerance import compare
+from autokernel.ops.tolerance import judge
 
-# When eager torch itself breaks on an input (an fp16 x.pow(2) overflowing to inf, so a row comes out zero), 2x its
-# error is a tolerance that cannot fail (STYLE.md #5). Eager counts as broken when it is non-finite where the float64
-# reference is finite, or off by more than BROKEN_EAGER_FRACTION of the output's scale (imprecise is not broken: a
-# float32 rope at position 8000 is off by ~500 ulps and keeps its derived bound). The bound then is what the rule
-# gives a healthy eager of ~2 ulps: 2 x 2 + 4 = 8 ulps of the output's scale.
-BROKEN_EAGER_FRACTION = 0.125
-BROKEN_EAGER_ULPS = 8.0
 MODE_RANK = {("fresh", "a"): 0, ("copy", "a"): 1, ("refill", "b"): 2, ("refill", "t"): 3}  # then repeats
-
-
-class Reject(Exception):
-    def __init__(self, reason: str, detail: str):
-        super().__init__(f"{reason}: {detail}")
-        self.reason, self.detail = reason, detail
 
 
 def as_list(x) -> list:
@@ -42,7 +30,7 @@ def as_list(x) -> list:
 
 def bits(t: torch.Tensor) -> torch.Tensor:
     t = t.contiguous()
-    return t.view({1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()])
+    return t.view(INT_OF_SIZE[t.element_size()])
 
 
 def _clone(kwargs: dict) -> dict:
@@ -93,82 +81,15 @@ def outputs(rec: dict, where: str) -> list[torch.Tensor]:
 
 # --- one call against the reference ---------------------------------------------------------------------------------
 
-def _layout(i: int, o: torch.Tensor, e: torch.Tensor, where: str) -> None:
-    if o.shape != e.shape or o.dtype != e.dtype:
-        raise Reject("numeric.bad_output", f"output {i} is {tuple(o.shape)} {o.dtype}, the reference "
-                                           f"{tuple(e.shape)} {e.dtype} ({where})")
-    if e.is_contiguous() and not o.is_contiguous():
-        raise Reject("numeric.bad_output", f"output {i} is not contiguous (strides {o.stride()}), the reference "
-                                           f"is ({where})")
-
-
-def _unwritten(i: int, o: torch.Tensor, poison: dict[str, int], where: str) -> None:
-    name = str(o.dtype).removeprefix("torch.")
-    if name not in poison or not o.numel():
-        return
-    width = 8 * o.element_size()
-    p = poison[name] - (1 << width) if poison[name] >= 1 << (width - 1) else poison[name]
-    stale = bits(o) == p
-    if bool(stale.any()):
-        first = [int(x) for x in torch.nonzero(stale.reshape(o.shape))[0]]
-        raise Reject("numeric.unwritten", f"{int(stale.sum())} of {o.numel()} elements of output {i} never "
-                                          f"written, first at {first} ({where})")
-
-
 def judge_call(outs: list, eager: list, ref64: list, poison: dict[str, int], where: str,
-               worst: dict[str, float], mismatch_reason: str = "numeric.mismatch") -> None:
-    """Every element of every output of one call against the float64 reference (tolerance: ops/tolerance.py)."""
-    if len(outs) != len(eager):
-        raise Reject("numeric.bad_output", f"{len(outs)} outputs, the reference has {len(eager)} ({where})")
-    for i, (o, e, r) in enumerate(zip(outs, eager, ref64)):
-        if type(o) is not torch.Tensor:
-            raise Reject("numeric.bad_output", f"output {i} is a {type(o).__name__} ({where})")
-        _layout(i, o, e, where)
-        _unwritten(i, o, poison, where)
-        if not o.is_floating_point():
-            if not torch.equal(o.cpu(), r.to(o.dtype).cpu()):
-                raise Reject(mismatch_reason, f"output {i}: {int((o.cpu() != r.to(o.dtype).cpu()).sum())} "
-                                              f"elements differ ({where})")
-            continue
-        _close(i, o, e, r, where, worst, mismatch_reason)
-
-
-def _close(i: int, o: torch.Tensor, e: torch.Tensor, r: torch.Tensor, where: str, worst: dict[str, float],
-           mismatch_reason: str) -> None:
-    name = str(o.dtype).removeprefix("torch.")
-    r = r.to(torch.float64).cpu()
-    o64, o, e = o.cpu().to(torch.float64), o.cpu(), e.cpu()
-    # where the true value overflows the output dtype (fp16 products past 65504), inf is the right answer;
-    # elements whose reference is not finite at all are not compared
-    representable = torch.isfinite(r.to(o.dtype))
-    if not bool(representable.all()):
-        overflow = torch.isfinite(r) & ~representable
-        wrong_way = overflow & ~((o64.abs() >= torch.finfo(o.dtype).max) & (o64.sign() == r.sign()))
-        if bool(wrong_way.any()):
-            raise Reject(mismatch_reason, f"output {i}: {int(wrong_way.sum())} elements past the {o.dtype} range "
-                                          f"are not ±inf of the right sign ({where})")
-        o, r, e = o[representable], r[representable], e[representable]
-        o64 = o.to(torch.float64)
-    finite_ref = torch.isfinite(r)
-    bad = ~torch.isfinite(o64) & finite_ref
-    if bool(bad.any()):
-        raise Reject("numeric.nonfinite", f"{int(bad.sum())} NaN/Inf in output {i} where the reference is finite "
-                                          f"({where})")
-    c = compare(o, r, e, o.dtype)
-    ulp_scale = torch.finfo(o.dtype).eps * max(c.scale, torch.finfo(o.dtype).tiny)
-    eager_broken = not bool(torch.isfinite(e.to(torch.float64))[finite_ref].all()) or \
-        c.eager_err > BROKEN_EAGER_FRACTION * c.scale
-    if eager_broken:  # see BROKEN_EAGER_FRACTION
-        bound = BROKEN_EAGER_ULPS * ulp_scale
-        ok = c.max_err <= bound
-        detail = f"max error {c.max_err:.3g} vs bound {bound:.3g} ({BROKEN_EAGER_ULPS:g} ulps of scale " \
-                 f"{c.scale:.3g}: eager torch itself is off by {c.eager_err:.3g} here)"
-    else:
-        bound, ok, detail = c.bound, c.ok, c.detail()
-    ratio = c.max_err / bound if bound > 0 else (0.0 if c.max_err == 0 else float("inf"))
-    worst[name] = max(worst.get(name, 0.0), ratio)
-    if not ok:
-        raise Reject(mismatch_reason, f"output {i}: {detail} ({where})")
+               worst: dict[str, float]) -> None:
+    """Every element of every output of one call against the float64 reference: autokernel.ops.tolerance.judge, the
+    one judge the benchmark and the kernel tests use too. `worst` collects max error / bound per dtype."""
+    j = judge(outs, ref64, eager, poison)
+    for name, ratio in j.ratios.items():
+        worst[name] = max(worst.get(name, 0.0), ratio)
+    if not j.ok:
+        raise Reject(j.reason, f"{j.detail} ({where})")
 
 
 # --- one case: all its calls ------------------------------------------------------------------------------------------

@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from autokernel import device
+from autokernel import device, harness
 from autokernel.gate import judge, schedule
 from autokernel.gate.verdict import REASONS, StageResult
 from autokernel.ops.spec import DISTRIBUTIONS, OpSpec
@@ -30,7 +30,6 @@ from autokernel.ops.spec import DISTRIBUTIONS, OpSpec
 DISTS = DISTRIBUTIONS + ("mixed",)
 CHUNK_BYTES = 256 << 20  # inputs per sandbox job; bigger case sets run as several jobs
 CHUNK_TIME_FRACTION = 0.4  # of the sandbox timeout, per job, as estimated from the smoke job's timings
-ENTRY = "autokernel.gate.child:numeric"
 JOB_TIMEOUT_SLACK = 3.0  # a job's wall clock may run this many times its estimate before sandbox.timeout
 
 
@@ -97,7 +96,8 @@ def make_cases(spec: OpSpec, planned, seed: int) -> list[Case]:
 
 
 def poison_bits(seed: int) -> dict[str, int]:
-    """A quiet NaN per float dtype with a random, non-zero payload: a kernel never writes these bits itself."""
+    """A quiet NaN per float dtype with a random, non-zero payload: a kernel never writes these bits itself (written
+    and looked for as raw bits: harness.fill_poison, harness.poisoned)."""
     r = random.Random(_derive(seed, "poison"))
     return {"float16": 0x7E00 | r.randrange(1, 1 << 9), "bfloat16": 0x7FC0 | r.randrange(1, 1 << 6),
             "float32": 0x7FC00000 | r.randrange(1, 1 << 22), "float64": 0x7FF8000000000000 | r.randrange(1, 1 << 51)}
@@ -146,7 +146,7 @@ class _Runner:
         self.shape_of: dict[str, dict] = {}
 
     def chunk(self, chunk: list[Case], est_s: float = 0.0) -> None:
-        from autokernel.gate.child import ALLOWED_OPS
+        from autokernel.gate import child  # the sandbox entry: not imported by the parent before it is needed
         calls = [c.payload() for c in schedule.interleave([schedule.CaseCalls(c.id, c.steps) for c in chunk],
                                                           self.seed, self.jobs)]
         self.jobs += 1
@@ -158,9 +158,10 @@ class _Runner:
             for v in sorted({v for _, v in c.steps}):
                 inputs[f"{c.id}.{v}.pt"] = getattr(c, v)
                 files.setdefault(c.id, {})[v] = f"{c.id}.{v}.pt"
-        payload = {"op": self.spec.name, "candidate": self.candidate.name, "poison": self.poison, "cases": files,
-                   "calls": calls}
-        res = self.sandbox_run(ENTRY, payload, self.job_dir, self.limits_for(est_s), inputs=inputs)
+        payload: harness.NumericPayload = {"op": self.spec.name, "candidate": self.candidate.name,
+                                           "poison": self.poison, "cases": files, "calls": calls}
+        res = self.sandbox_run(harness.entry(child.numeric), payload, self.job_dir, self.limits_for(est_s),
+                               inputs=inputs)
         self.sandbox_s += res.wall_s
         self.isolation = res.isolation
         if not res.ok:
@@ -172,7 +173,7 @@ class _Runner:
         except judge.Reject as r:
             raise _Stop(StageResult.fail("runtime", r.reason, r.detail, isolation=self.isolation), None) from None
         self._tally(recs, calls, by_id)
-        numeric_failure = self._judge(chunk, calls, recs, ALLOWED_OPS)
+        numeric_failure = self._judge(chunk, calls, recs, child.ALLOWED_OPS)
         failure = _child_failure(res.data.get("failure"), by_id)
         if failure is None and numeric_failure is None and len(recs) < len(calls):
             failure = ("runtime.incomplete", f"the job returned {len(recs)} of the {len(calls)} calls asked for, and "

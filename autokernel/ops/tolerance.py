@@ -1,18 +1,32 @@
-"""One dtype -> tolerance table, derived rather than guessed (STYLE.md #5).
+"""One dtype -> tolerance table, derived rather than guessed (STYLE.md #5), and the one judge of a call's outputs.
 
 A kernel's output is compared with a float64 reference. It may be off by at most twice the error that eager torch
 makes in the same dtype on the same inputs (so a kernel is held to the standard of the library it replaces), plus a
 few units in the last place of the dtype, relative to the output's scale (so a near-exact eager result does not
 demand bit-exactness from a different but exact summation order).
+
+`judge()` applies that rule, and everything around it, to one call's outputs. The gate's numeric stage
+(autokernel/gate/judge.py), the benchmark's re-check of timed outputs (autokernel/bench/rounds.py) and the kernel
+tests (tests/kernels/opcheck.py) all call it, so none of them can pass what another rejects: layout, poison left in
+place, overflow to ±inf, NaN/Inf where the reference is finite and the broken-eager bound are decided here once.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
+from autokernel.harness import poisoned
+
 EAGER_FACTOR = 2.0  # flash-attention's test_layer_norm.py rule
 ULPS = 4.0  # few-ulp slack, relative to the output's max magnitude
+# When eager torch itself breaks on an input (an fp16 x.pow(2) overflowing to inf, so a row comes out zero), 2x its
+# error is a tolerance that cannot fail (STYLE.md #5). Eager counts as broken when it is non-finite where the float64
+# reference is finite, or off by more than BROKEN_EAGER_FRACTION of the output's scale (imprecise is not broken: a
+# float32 rope at position 8000 is off by ~500 ulps and keeps its derived bound). The bound then is what the rule
+# gives a healthy eager of ~2 ulps: 2 x 2 + 4 = 8 ulps of the output's scale.
+BROKEN_EAGER_FRACTION = 0.125
+BROKEN_EAGER_ULPS = 8.0
 
 
 @dataclass(frozen=True)
@@ -33,7 +47,8 @@ def eps(dtype: torch.dtype) -> float:
 
 
 def compare(out: torch.Tensor, ref64: torch.Tensor, eager: torch.Tensor, dtype: torch.dtype) -> Closeness:
-    """Is `out` (computed in `dtype`) as close to the float64 truth as eager torch is?"""
+    """Is `out` (computed in `dtype`) as close to the float64 truth as eager torch is? The bare rule: judge() is
+    what decides a verdict."""
     ref64 = ref64.to(torch.float64)
     o = out.detach().to(torch.float64).cpu()
     r = ref64.cpu()
@@ -44,3 +59,96 @@ def compare(out: torch.Tensor, ref64: torch.Tensor, eager: torch.Tensor, dtype: 
     eager_err = float((e - r).abs().max()) if r.numel() else 0.0
     bound = EAGER_FACTOR * eager_err + ULPS * eps(dtype) * max(scale, torch.finfo(dtype).tiny)
     return Closeness(finite and max_err <= bound, max_err if finite else float("inf"), eager_err, bound, scale)
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """One call's outputs judged: reason None when every output passed, else the first failure's code (numeric.
+    bad_output | unwritten | nonfinite | mismatch) and one line naming the output; `ratios` is max error / bound per
+    float dtype over the outputs judged so far (1.0 is the limit: the gate's numeric slack)."""
+    reason: str | None
+    detail: str = ""
+    ratios: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.reason is None
+
+
+def judge(outs: list, ref64: list, eager: list, poison: dict[str, int] | None = None) -> Judgement:
+    """Every element of every output of one call against the float64 reference `ref64` and eager torch `eager` (the
+    reference run in the call's dtype), in order: count, type, shape, dtype and layout (contiguous where eager is),
+    elements still holding `poison` (harness.poisoned; None where nothing was poisoned), then the values."""
+    ratios: dict[str, float] = {}
+    if len(outs) != len(eager):
+        return Judgement("numeric.bad_output", f"{len(outs)} outputs, the reference has {len(eager)}", ratios)
+    for i, (o, e, r) in enumerate(zip(outs, eager, ref64)):
+        why = _layout(i, o, e) or _unwritten(i, o, poison) or _values(i, o, e, r, ratios)
+        if why:
+            return Judgement(*why, ratios)
+    return Judgement(None, "", ratios)
+
+
+def _layout(i: int, o, e: torch.Tensor) -> tuple[str, str] | None:
+    if type(o) is not torch.Tensor:
+        return "numeric.bad_output", f"output {i} is a {type(o).__name__}, not a plain torch.Tensor"
+    if o.shape != e.shape or o.dtype != e.dtype:
+        return "numeric.bad_output", f"output {i} is {tuple(o.shape)} {o.dtype}, the reference {tuple(e.shape)} " \
+                                     f"{e.dtype}"
+    if e.is_contiguous() and not o.is_contiguous():
+        return "numeric.bad_output", f"output {i} is not contiguous (strides {o.stride()}), the reference is"
+    return None
+
+
+def _unwritten(i: int, o: torch.Tensor, poison: dict[str, int] | None) -> tuple[str, str] | None:
+    stale = poisoned(o, poison)
+    if stale is None or not bool(stale.any()):
+        return None
+    first = [int(x) for x in torch.nonzero(stale.reshape(o.shape))[0]]
+    return "numeric.unwritten", f"{int(stale.sum())} of {o.numel()} elements of output {i} never written, first at " \
+                                f"{first}"
+
+
+def _values(i: int, o: torch.Tensor, e: torch.Tensor, r: torch.Tensor,
+            ratios: dict[str, float]) -> tuple[str, str] | None:
+    o, e, r = o.detach().cpu(), e.detach().cpu(), r.detach().cpu()
+    if not o.is_floating_point():
+        differ = int((o != r.to(o.dtype)).sum())
+        return ("numeric.mismatch", f"output {i}: {differ} elements differ") if differ else None
+    r = r.to(torch.float64)
+    # where the true value overflows the output dtype (fp16 products past 65504), inf is the right answer;
+    # elements whose reference is not finite at all are not compared
+    representable = torch.isfinite(r.to(o.dtype))
+    if not bool(representable.all()):
+        o64 = o.to(torch.float64)
+        overflow = torch.isfinite(r) & ~representable
+        wrong_way = overflow & ~((o64.abs() >= torch.finfo(o.dtype).max) & (o64.sign() == r.sign()))
+        if bool(wrong_way.any()):
+            return "numeric.mismatch", f"output {i}: {int(wrong_way.sum())} elements past the {o.dtype} range are " \
+                                       "not ±inf of the right sign"
+        o, r, e = o[representable], r[representable], e[representable]
+    finite_ref = torch.isfinite(r)
+    bad = ~torch.isfinite(o.to(torch.float64)) & finite_ref
+    if bool(bad.any()):
+        return "numeric.nonfinite", f"{int(bad.sum())} NaN/Inf in output {i} where the reference is finite"
+    return _bound(i, o, e, r, finite_ref, ratios)
+
+
+def _bound(i: int, o: torch.Tensor, e: torch.Tensor, r: torch.Tensor, finite_ref: torch.Tensor,
+           ratios: dict[str, float]) -> tuple[str, str] | None:
+    """The derived bound (compare), or BROKEN_EAGER_ULPS of the output's scale where eager itself broke."""
+    c = compare(o, r, e, o.dtype)
+    ulp_scale = eps(o.dtype) * max(c.scale, torch.finfo(o.dtype).tiny)
+    eager_broken = not bool(torch.isfinite(e.to(torch.float64))[finite_ref].all()) or \
+        c.eager_err > BROKEN_EAGER_FRACTION * c.scale
+    if eager_broken:
+        bound = BROKEN_EAGER_ULPS * ulp_scale
+        ok = c.max_err <= bound
+        detail = f"max error {c.max_err:.3g} vs bound {bound:.3g} ({BROKEN_EAGER_ULPS:g} ulps of scale " \
+                 f"{c.scale:.3g}: eager torch itself is off by {c.eager_err:.3g} here)"
+    else:
+        bound, ok, detail = c.bound, c.ok, c.detail()
+    name = str(o.dtype).removeprefix("torch.")
+    ratio = c.max_err / bound if bound > 0 else (0.0 if c.max_err == 0 else float("inf"))
+    ratios[name] = max(ratios.get(name, 0.0), ratio)
+    return None if ok else ("numeric.mismatch", f"output {i}: {detail}")

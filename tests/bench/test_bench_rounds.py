@@ -33,7 +33,7 @@ def fake_child(source: bytes, payload: dict, ms: float, tweak=None, wall: float 
                 for r in range(min(payload["reps"], job.KEEP))]
         cases.append({"cpu_ms": [ms] * payload["reps"], "wall_ms": [ms if wall is None else wall] * payload["reps"],
                       "kept": kept})
-    data = {"device": "cpu", "status": "ok", "detail": "", "cases": cases}
+    data = {"device": "cpu", "failure": None, "cases": cases}
     return tweak(data) if tweak else data
 
 
@@ -152,7 +152,7 @@ def test_a_jobs_ok_is_not_trusted(tmp_path, monkeypatch):
 
 def test_only_the_incumbents_own_job_can_fail_the_incumbent(tmp_path, monkeypatch):
     def broken(data):
-        data["status"], data["detail"] = "bench.error", "RuntimeError: boom"
+        data["failure"] = {"reason": "bench.error", "detail": "RuntimeError: boom", "case": None}
         return data
     stub(monkeypatch, {"cand": 1.0}, {"incumbent": broken})
     with pytest.raises(measure_mod.IncumbentFailed, match="boom"):

@@ -4,6 +4,7 @@ import threading
 import pytest
 import torch
 
+from autokernel import harness
 from autokernel.gate import child, judge, numeric
 from autokernel.ops import get
 from autokernel.ops.spec import upcast
@@ -54,34 +55,63 @@ def test_fresh_allocations_hold_the_poison():
     assert torch.isnan(h).all() and torch.equal(z, torch.zeros(2))
 
 
+def _diff(before: harness.Snapshot):
+    d = before.diff(before.again())
+    return (d.reason, d.detail) if d else None
+
+
 def test_snapshot_sees_flags_patches_and_threads():
-    before = child.Snapshot(None)
-    assert before.diff(child.Snapshot(None)) is None
+    before = harness.Snapshot()
+    assert _diff(before) is None
     old = torch.get_float32_matmul_precision()
     torch.set_float32_matmul_precision("medium" if old != "medium" else "high")
     try:
-        assert before.diff(child.Snapshot(None))[0] == "runtime.global_state"
+        assert _diff(before)[0] == "runtime.global_state"
     finally:
         torch.set_float32_matmul_precision(old)
     stop = threading.Event()
     t = threading.Thread(target=stop.wait, daemon=True)
     t.start()
     try:
-        assert before.diff(child.Snapshot(None))[0] == "runtime.thread"
+        assert _diff(before)[0] == "runtime.thread" and before.new_threads() == [t]
     finally:
         stop.set()
         t.join()
     saved = torch.Tensor.__dict__.get("clone")
     torch.Tensor.clone = torch.Tensor.detach
     try:
-        reason, detail = before.diff(child.Snapshot(None))
+        reason, detail = _diff(before)
         assert reason == "runtime.global_state" and "torch.Tensor.clone" in detail
     finally:
         if saved is None:
             del torch.Tensor.clone
         else:
             torch.Tensor.clone = saved
-    assert before.diff(child.Snapshot(None)) is None
+    assert _diff(before) is None
+
+
+def test_snapshot_sees_deletions_shadowing_and_the_harness_own_scalars():
+    """Held by object, not id(): a deleted library function, an attribute added to a class (shadowing a base's
+    method), a harness constant changed (strict namespaces compare scalars too)."""
+    before = harness.Snapshot(strict=("autokernel.gate.child",))
+    saved = torch.nn.functional.relu
+    del torch.nn.functional.relu
+    try:
+        assert "torch.nn.functional.relu" in _diff(before)[1]
+    finally:
+        torch.nn.functional.relu = saved
+    torch.UntypedStorage.extra = lambda self: 0
+    try:
+        assert "torch.UntypedStorage.extra" in _diff(before)[1]
+    finally:
+        del torch.UntypedStorage.extra
+    keep = child.KEEP_OUTPUTS
+    child.KEEP_OUTPUTS = 0
+    try:
+        assert "autokernel.gate.child.KEEP_OUTPUTS" in _diff(before)[1]
+    finally:
+        child.KEEP_OUTPUTS = keep
+    assert _diff(before) is None
 
 
 def _judge(out, kw, spec):
