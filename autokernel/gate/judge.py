@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from autokernel.harness import INT_OF_SIZE, Reject  # Reject: the one failure type of jobs and judges
+from autokernel.harness import INT_OF_SIZE, Reject, poisoned  # Reject: the one failure type of jobs and judges
 from autokernel.ops.spec import OpSpec, upcast
 from autokernel.ops.tolerance import judge
 
@@ -85,7 +85,7 @@ def judge_call(outs: list, eager: list, ref64: list, poison: dict[str, int], whe
                worst: dict[str, float]) -> None:
     """Every element of every output of one call against the float64 reference: autokernel.ops.tolerance.judge, the
     one judge the benchmark and the kernel tests use too. `worst` collects max error / bound per dtype."""
-    j = judge(outs, ref64, eager, poison)
+    j = judge(outs, ref64, eager, lambda t: poisoned(t, poison))
     for name, ratio in j.ratios.items():
         worst[name] = max(worst.get(name, 0.0), ratio)
     if not j.ok:

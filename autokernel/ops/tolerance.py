@@ -13,10 +13,9 @@ place, overflow to ±inf, NaN/Inf where the reference is finite and the broken-e
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
 import torch
-
-from autokernel.harness import poisoned
 
 EAGER_FACTOR = 2.0  # flash-attention's test_layer_norm.py rule
 ULPS = 4.0  # few-ulp slack, relative to the output's max magnitude
@@ -75,15 +74,17 @@ class Judgement:
         return self.reason is None
 
 
-def judge(outs: list, ref64: list, eager: list, poison: dict[str, int] | None = None) -> Judgement:
+def judge(outs: list, ref64: list, eager: list,
+          unwritten: Callable[[torch.Tensor], torch.Tensor | None] | None = None) -> Judgement:
     """Every element of every output of one call against the float64 reference `ref64` and eager torch `eager` (the
     reference run in the call's dtype), in order: count, type, shape, dtype and layout (contiguous where eager is),
-    elements still holding `poison` (harness.poisoned; None where nothing was poisoned), then the values."""
+    elements never written (`unwritten(t)`: a mask of the elements still holding the allocation poison, the gate's
+    harness.poisoned; None where nothing was poisoned), then the values."""
     ratios: dict[str, float] = {}
     if len(outs) != len(eager):
         return Judgement("numeric.bad_output", f"{len(outs)} outputs, the reference has {len(eager)}", ratios)
     for i, (o, e, r) in enumerate(zip(outs, eager, ref64)):
-        why = _layout(i, o, e) or _unwritten(i, o, poison) or _values(i, o, e, r, ratios)
+        why = _layout(i, o, e) or _unwritten(i, o, unwritten) or _values(i, o, e, r, ratios)
         if why:
             return Judgement(*why, ratios)
     return Judgement(None, "", ratios)
@@ -100,8 +101,8 @@ def _layout(i: int, o, e: torch.Tensor) -> tuple[str, str] | None:
     return None
 
 
-def _unwritten(i: int, o: torch.Tensor, poison: dict[str, int] | None) -> tuple[str, str] | None:
-    stale = poisoned(o, poison)
+def _unwritten(i: int, o: torch.Tensor, unwritten) -> tuple[str, str] | None:
+    stale = unwritten(o) if unwritten is not None else None
     if stale is None or not bool(stale.any()):
         return None
     first = [int(x) for x in torch.nonzero(stale.reshape(o.shape))[0]]
