@@ -21,6 +21,7 @@ from autokernel.policy import Policy
 ROOT = Path(__file__).parents[2]
 KERNEL = ROOT / "kernels" / "silu_mul.py"
 FAKE_KEY = "sk-ant-test-not-a-real-key"
+pytestmark = pytest.mark.xdist_group("ray")  # one xdist worker starts the one local Ray instance
 
 
 def test_task_resources_gpu_cluster_owns_a_gpu_per_job():
@@ -181,3 +182,17 @@ def test_four_gate_jobs_in_parallel_survive_killed_workers(local_ray, tmp_path):
     for job, v in zip(jobs[1:], verdicts):  # the evidence lands in the driver's run directory, as a local run's does
         assert Path(v.run_dir).parent == job.kwargs["run_dir"] and (Path(v.run_dir) / "verdict.json").is_file()
         assert (Path(v.run_dir) / "sandbox.log").is_file() and v.candidate == str(job.candidate)
+
+
+@needs_ray
+@pytest.mark.slow
+def test_a_job_past_its_time_is_cancelled_and_reported(local_ray, tmp_path):
+    policy = _policy(retries=1).model_copy(update={"cluster": Policy().cluster.model_copy(
+        update={"retries": 1, "job_timeout_s": 3.0})})
+    rc = cluster.RayCluster(None, policy)
+    t0 = time.monotonic()
+    (res,) = rc.gate_jobs(_jobs(tmp_path, 1, policy))
+    assert not res.ok and res.reason == "cluster.timeout" and "cluster.job_timeout_s = 3 s" in res.detail
+    assert time.monotonic() - t0 < 30  # not waited on: a gate job here takes ~10 s or more
+    with pytest.raises(cluster.ClusterError, match="cluster.timeout"):
+        rc.verify("silu_mul", KERNEL, **_jobs(tmp_path / "v", 1, policy)[0].kwargs)
