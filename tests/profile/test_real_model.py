@@ -1,16 +1,15 @@
 """One profile of the embedded SmolLM2-135M (reference kernels: the shapes, not the interpreter's speed, are the
-point): its real shapes must land in the corpus."""
+point): its real shapes must land in the corpus. The profile is the suite's shared one (tests/conftest.py
+smollm2_trace: `autokernel profile` on two prompts, a prefill and one decode step), which tests/run reuses."""
 import pytest
 
 from autokernel.profile import trace
-from autokernel.profile.profiler import profile
 
 
 @pytest.mark.slow
-def test_smollm2_shapes_in_the_corpus(tmp_path):
-    wl = tmp_path / "w.yaml"
-    wl.write_text("chat: false\nbatch: 2\ndecode_steps: 1\nprompts: [Hi, The capital of France is]\n")
-    t = trace.load_trace(profile(wl, kernels="reference", out=tmp_path, timed_per_shape=0))
+def test_smollm2_shapes_in_the_corpus(smollm2_trace):
+    t = trace.load_trace(smollm2_trace)
+    assert t["kernels"] == "reference"
     assert t["model"]["hidden"] == 576 and t["model"]["n_layers"] == 30
 
     def corpus(op):

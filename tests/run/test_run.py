@@ -15,13 +15,11 @@ pytestmark = pytest.mark.slow
 CLI = [str(Path(sys.executable).parent / "autokernel")]
 
 
-@pytest.fixture(scope="module")
-def trace(tmp_path_factory):
-    """One profile of the default workload, shared by the tests (each run would otherwise profile again)."""
-    out = tmp_path_factory.mktemp("traces")
-    r = subprocess.run(CLI + ["profile", "--out", str(out)], capture_output=True, text=True, timeout=900, cwd=ROOT)
-    assert r.returncode == 0, r.stderr[-2000:]
-    return next(out.iterdir())
+@pytest.fixture
+def trace(smollm2_trace):
+    """The real model's profile (tests/conftest.py: `autokernel profile`, taken once and shared with
+    tests/profile/test_real_model.py); each run would otherwise profile again."""
+    return smollm2_trace
 
 
 @pytest.fixture
