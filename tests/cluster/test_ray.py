@@ -21,6 +21,7 @@ from autokernel.policy import Policy
 ROOT = Path(__file__).parents[2]
 KERNEL = ROOT / "kernels" / "silu_mul.py"
 FAKE_KEY = "sk-ant-test-not-a-real-key"
+TOKEN = f"t{os.getpid()}"  # marks this process's candidates: other Ray instances on the machine are not ours
 pytestmark = pytest.mark.xdist_group("ray")  # one xdist worker starts the one local Ray instance
 
 
@@ -58,6 +59,7 @@ except ImportError:
     ray = None
 
 needs_ray = pytest.mark.skipif(ray is None, reason="ray is not installed (pip install -e '.[ray]')")
+one_instance = pytest.mark.xdist_group("ray")  # one xdist worker runs these: one local Ray instance, one at a time
 
 
 def _policy(retries: int) -> Policy:
@@ -74,7 +76,7 @@ def _jobs(tmp: Path, n: int, policy: Policy, wrong: int | None = None) -> list[c
         text = src.replace("* u  #", "+ u  #") if i == wrong else src
         cand = tmp / f"c{i}" / "silu_mul.py"
         cand.parent.mkdir(parents=True)
-        cand.write_text(f"# variant {i}\n{text}")
+        cand.write_text(f"# variant {i} {TOKEN}\n{text}")
         jobs.append(cluster.GateJob("silu_mul", cand, {
             "shapes": [{"M": 4, "N": 1536}], "seed": 1234 + i, "policy": policy, "run_dir": tmp / f"run{i}",
             "dtypes": [torch.float32], "dists": [DISTS[0]], "stages": [], "kernels_dir": ROOT / "kernels"}))
@@ -93,8 +95,9 @@ def _proc(pid: int) -> tuple[str, int]:
 
 def _busy_workers() -> dict[int, int]:
     """{Ray worker pid: the gate job it runs} for workers in a gate task (Ray titles them ray::<function>) that have a
-    sandbox (bwrap) child now. The job is read from the first line ("# variant i") of the candidate in the sandbox's
-    input directory, which the worker created as autokernel-in-<its pid>-* (autokernel/sandbox/__init__.py)."""
+    sandbox (bwrap) child now. The job is read from the first line ("# variant i TOKEN") of the candidate in the
+    sandbox's input directory, which the worker created as autokernel-in-<its pid>-* (autokernel/sandbox/__init__.py);
+    a line without this process's TOKEN is another test run's."""
     procs = {int(p): _proc(int(p)) for p in os.listdir("/proc") if p.isdigit()}
     workers = {pid for pid, (argv0, _) in procs.items() if argv0.startswith("ray::gate_on_node")}
     out = {}
@@ -102,7 +105,9 @@ def _busy_workers() -> dict[int, int]:
         if ppid in workers and Path(argv0).name == "bwrap":
             for f in Path(tempfile.gettempdir()).glob(f"autokernel-in-{ppid}-*/silu_mul.py"):
                 try:
-                    out[ppid] = int(f.read_text().split("\n", 1)[0].removeprefix("# variant "))
+                    _, _, job, token = f.read_text().split("\n", 1)[0].split(" ")
+                    if token == TOKEN:
+                        out[ppid] = int(job)
                 except (OSError, ValueError):
                     pass
     return out
@@ -146,6 +151,7 @@ def local_ray():
 
 
 @needs_ray
+@one_instance
 @pytest.mark.slow
 def test_four_gate_jobs_in_parallel_survive_killed_workers(local_ray, tmp_path):
     """Four real gate jobs (job 3 a wrong kernel) as Ray tasks with cluster.retries = 1. Once all four are seen in
@@ -185,6 +191,7 @@ def test_four_gate_jobs_in_parallel_survive_killed_workers(local_ray, tmp_path):
 
 
 @needs_ray
+@one_instance
 @pytest.mark.slow
 def test_a_job_past_its_time_is_cancelled_and_reported(local_ray, tmp_path):
     policy = _policy(retries=1).model_copy(update={"cluster": Policy().cluster.model_copy(
