@@ -168,7 +168,8 @@ class SandboxEvaluator:
         shapes = [c["shape"] for c in self.cases(op)] if self.trace is not None else None
         verify = gate.verify if self.executor is None else self.executor.verify
         verdict = verify(op, path, shapes=shapes, seed=self.seed, policy=policy, run_dir=job,
-                         kernels_dir=self.layout.kernels, **self.verify_kwargs)
+                         kernels_dir=self.layout.kernels, **self.verify_kwargs,
+                         time_left_s=None if deadline is None else deadline - self.clock())  # one gate deadline
         feedback = from_verdict(verdict)
         feedback.sha256, feedback.path = digest, str(path)
         if policy.sandbox.timeout_s < self.policy.sandbox.timeout_s and any(

@@ -1,26 +1,32 @@
 """End-to-end stage: swap the candidate into the live engine for one op and watch the model itself.
 
-Teacher-forced on the baseline's own tokens (prompt + its greedy continuation), per-token KL(baseline || candidate)
-and top-1 agreement; then a free-running greedy generation with a repetition guard (a run of one token where the
-baseline had none is the classic signature of a race in an attention or cache kernel). The baseline is the
-unmodified engine (trusted, run here and cached); the candidate engine runs only in the sandbox.
+One pass per engine (autokernel/gate/e2e_child.py decode): a batched prefill of the policy's prompts, then greedy
+decode steps with the KV cache. Compared with the baseline's pass: per-token KL(baseline || candidate) and top-1
+agreement at every prompt position and at each decode step while the candidate's greedy tokens still equal the
+baseline's (there its logits are teacher-forced ones); then a repetition guard on the free-running tokens (a run of
+one token where the baseline had none is the classic signature of a race in an attention or cache kernel). The
+baseline is the unmodified engine (trusted, run here and cached); the candidate engine runs only in the sandbox.
 
 Which engine: on CUDA every other op runs its Triton kernel. On CPU every other op runs its torch reference: the
 Triton interpreter needs tens of seconds per forward of the full model, and only the swapped op is under test; the
-baseline is that same engine with no op swapped.
+baseline is that same engine with no op swapped. Under the interpreter the candidate itself runs in as much of the
+model as its measured speed fits in gate.e2e_interpreter_budget_s (plan): the job's size is derived, never a guess.
 """
 from __future__ import annotations
 
 import hashlib
 import io
 import json
+import random
+import secrets
 import time
 from pathlib import Path
 
 import torch
 
 from autokernel import device, sandbox
-from autokernel.engine.divergence import Divergence, divergence, longest_run
+from autokernel.engine.divergence import divergence, longest_run
+from autokernel.gate import e2e_child
 from autokernel.gate.verdict import StageResult
 from autokernel.paths import INSTALLED_LAYOUT
 from autokernel.policy import Policy
@@ -49,50 +55,70 @@ def _key(policy: Policy, kernels_dir: Path | None = None) -> str:
     from autokernel.engine.gguf_model import embedded_model_path
     model = Path(policy.target.model) if policy.target.model else embedded_model_path()
     h = hashlib.sha256()
-    h.update(json.dumps(["calls-v2", str(model), model.stat().st_size, policy.target.weights, policy.e2e.prompts,
+    h.update(json.dumps(["decode-v3", str(model), model.stat().st_size, policy.target.weights, policy.e2e.prompts,
                          policy.e2e.max_new_tokens, backend(), device.kind()]).encode())
-    for f in sorted(Path(kernels_dir or INSTALLED_LAYOUT.kernels).glob("*.py")):
-        h.update(f.read_bytes())
+    if backend() == "triton":  # on CPU the baseline engine runs no kernel file (module docstring)
+        for f in sorted(Path(kernels_dir or INSTALLED_LAYOUT.kernels).glob("*.py")):
+            h.update(f.read_bytes())
     return h.hexdigest()[:16]
 
 
 def baseline(policy: Policy, kernels_dir: Path | None = None) -> dict:
-    """The unmodified engine's greedy continuations, teacher-forced logits and noise floor (cached on disk)."""
+    """The unmodified engine's pass (autokernel/gate/e2e_child.py decode): prompts, greedy tokens, the real positions'
+    logits, each op's calls by phase and call site (they plan the candidate's job), the engine's own time per phase,
+    and the noise floor (cached on disk)."""
     path = CACHE / f"e2e-{_key(policy, kernels_dir)}.pt"
     if path.exists():
         return torch.load(path, weights_only=True)
     from autokernel.engine import open_engine
-    from autokernel.gate.e2e_child import greedy, teacher_forced
+    from autokernel.gate.e2e_child import decode
     t0 = time.perf_counter()
     eng = open_engine(policy.target.model, kernels=backend(), weights=policy.target.weights,
                       overrides=_others(kernels_dir) or None)
-    calls: dict[str, dict[str, int]] = {}  # op -> shape -> calls in the job's workload (sizes its time limit)
-    eng.model.ops.observer = _counter(calls)
+    calls: dict = {}  # op -> phase -> site -> shape -> calls
+    clock = {"load": time.perf_counter() - t0}
+    phase = _Phase(clock)
+    eng.model.ops.observer = _counter(calls, phase)
     rows = [eng.encode_prompt(p) for p in policy.e2e.prompts]
-    new = greedy(eng, rows, policy.e2e.max_new_tokens)
-    seqs = [r + n for r, n in zip(rows, new)]
-    logits, mask = teacher_forced(eng, seqs)
+    new, logits = decode(eng, rows, policy.e2e.max_new_tokens, phase)
+    phase("end")
     eng.model.ops.observer = None
-    model_s = time.perf_counter() - t0
-    # noise floor: the same engine, each sequence alone instead of batched (different padding, same math)
-    alone = [teacher_forced(eng, [s])[0][0] for s in seqs]
-    T = logits.shape[1]
-    floor = _div_rows(logits, mask, [torch.nn.functional.pad(a, (0, 0, T - a.shape[0], 0)) for a in alone])
-    out = {"seqs": seqs, "prompt_lens": [len(r) for r in rows], "new": new, "logits": logits, "mask": mask,
+    steps = max((len(x) - len(r) for x, r in zip(logits, rows)), default=0)
+    # noise floor: the same engine, each prompt alone instead of batched (other padding, same math), over the
+    # prompt positions (a prefill each: the baseline is computed once, but on a loaded CPU every pass is minutes)
+    alone = [decode(eng, [r], 1) for r in rows]
+    a, b = _compared(rows, new, logits, [n[0] for n, _ in alone], [x[0] for _, x in alone], 1)
+    floor = divergence(a, b)
+    out = {"prompts": rows, "new": new, "logits": torch.cat(logits), "lengths": [len(x) for x in logits],
            "floor": torch.tensor([floor.kl_mean, floor.kl_p99, floor.kl_max, floor.top1]), "calls": calls,
-           "model_s": model_s}
+           "steps": steps, "load_s": clock["load"], "prefill_s": clock.get("prefill", 0.0),
+           "step_s": clock.get("decode", 0.0) / max(steps, 1)}
     CACHE.mkdir(parents=True, exist_ok=True)
     torch.save(out, path)
     return out
 
 
-def _counter(calls: dict[str, dict[str, int]]):
-    """An OpTable observer that counts each op's calls by shape (autokernel.ops specs' shape_of)."""
+class _Phase:
+    """on_phase for decode(): the current phase's name, and each finished phase's seconds in `clock`."""
+
+    def __init__(self, clock: dict):
+        self.clock, self.name, self.t = clock, None, time.perf_counter()
+
+    def __call__(self, name: str) -> None:
+        now = time.perf_counter()
+        if self.name:
+            self.clock[self.name] = now - self.t
+        self.name, self.t = name, now
+
+
+def _counter(calls: dict, phase: _Phase):
+    """An OpTable observer that counts each op's calls by phase, call site and shape (autokernel.ops shape_of)."""
     from autokernel.ops import get
 
     def observe(op, site, fn, args):
         key = ",".join(f"{k}={v}" for k, v in get(op).shape_of(*args).items())
-        calls.setdefault(op, {})[key] = calls.setdefault(op, {}).get(key, 0) + 1
+        by_shape = calls.setdefault(op, {}).setdefault(phase.name, {}).setdefault(site, {})
+        by_shape[key] = by_shape.get(key, 0) + 1
         return fn(*args)
     return observe
 
@@ -101,78 +127,164 @@ def _shape(key: str) -> dict[str, int]:
     return {k: int(v) for k, v in (kv.split("=") for kv in key.split(","))}
 
 
-def job_limits(op: str, policy: Policy, base: dict, measured: dict | None):
-    """The e2e job's limits: the policy's sandbox limits, the wall clock stretched to gate.e2e_timeout_factor times
-    the predicted time when that is longer. Predicted: the baseline engine's own time plus the op's calls in the
-    job's workload (counted when the baseline ran) times the candidate's per-call time as the numeric stage
-    measured it (autokernel.gate.numeric.per_call_model: pessimistic by design).
-    A slow but correct candidate under the CPU interpreter must not fail on the clock (sandbox.timeout)."""
-    limits = policy.sandbox
+def _compared(prompts: list[list[int]], new_a: list[list[int]], rows_a: list[torch.Tensor],
+              new_b: list[list[int]], rows_b: list[torch.Tensor], new_tokens: int) -> tuple[torch.Tensor, ...]:
+    """The logits of two passes (decode()) at the positions where both are teacher-forced on the same tokens:
+    every prompt position, then each decode step j while both rows' first j greedy tokens agree (the position
+    that predicts the first differing token is compared too: its prefix is still shared). Concatenated rows."""
+    a, b = [], []
+    for p, na, ra, nb, rb in zip(prompts, new_a, rows_a, new_b, rows_b):
+        na, nb = na[:new_tokens], nb[:new_tokens]
+        agree = next((i for i, (x, y) in enumerate(zip(na, nb)) if x != y), min(len(na), len(nb)))
+        n = len(p) + min(agree, len(ra) - len(p), len(rb) - len(p), new_tokens - 1)
+        a.append(ra[:n])
+        b.append(rb[:n])
+    return torch.cat(a), torch.cat(b)
+
+
+def _rows(flat: torch.Tensor, lengths: list[int]) -> list[torch.Tensor]:
+    return list(torch.split(flat, lengths))
+
+
+# --- the job's plan: how much of the model the candidate runs in, within the time it has -------------------------
+
+def plan(op: str, policy: Policy, base: dict, measured: dict | None, rng: random.Random | None = None) -> dict:
+    """Where the candidate runs in the end-to-end job and for how many greedy tokens.
+
+    Where the kernels compile (CUDA), or with no per-call times measured: at every call site of the op, for
+    e2e.max_new_tokens tokens. Under the CPU interpreter a call costs ~0.2-60 s (matmul_q4_1: 210 calls a token,
+    so the full pass, 3,570 calls, ran past 78 minutes), and the candidate's own predicted time (its per-call times
+    as the numeric stage measured them, autokernel.gate.numeric.per_call_model, times the op's calls per layer,
+    phase and shape, counted in the baseline) is sized to gate.e2e_interpreter_budget_s; the engine's time around
+    it is the same whatever the plan, and is added only to the job's time limit. Layers are taken in a secret random
+    order, all of a layer's call sites together (every weight shape of the op); the first option that fits wins:
+    1. the prefill and e2e.max_new_tokens greedy tokens, in as many layers as fit (all: the full check);
+    2. one layer, prefill and fewer tokens, down to twice e2e.repeat_run (the guard needs room for a run to start
+       after the first tokens: a run of repeat_run starting anywhere in the first half);
+    3. the decode steps only (the prefill all reference), in as many layers as fit, then fewer tokens likewise;
+    4. else the smallest: one layer, decode only, 2 * repeat_run tokens; its job limit is stretched to fit it.
+    Returns {"sites": None (everywhere) | {"prefill": [...], "decode": [...]}, "layers", "of_layers", "prefill",
+    "new_tokens", "predicted_s"}."""
+    g_max = policy.e2e.max_new_tokens
+    g_min = min(g_max, 2 * policy.e2e.repeat_run)
+    calls = (base.get("calls") or {}).get(op) or {}
+    groups = sorted({e2e_child.layer_of(s) for ph in calls.values() for s in ph}, key=lambda g: (g is not None, g))
+    full = {"sites": None, "layers": len(groups), "of_layers": len(groups), "prefill": True, "new_tokens": g_max,
+            "predicted_s": None}
     call_s = (measured or {}).get("call_s")
-    counts = base.get("calls", {}).get(op) if isinstance(base.get("calls"), dict) else None
-    if not isinstance(call_s, dict) or not call_s or not counts:
-        return limits, None
+    if backend() == "triton" or not isinstance(call_s, dict) or not call_s or not groups:
+        return full
     from autokernel.gate.numeric import per_call_model
     from autokernel.ops import get
     per_call = per_call_model(get(op), {k: (_shape(k), float(t)) for k, t in call_s.items()})
-    predicted = float(base.get("model_s", 0.0)) + sum(n * per_call(_shape(k)) for k, n in counts.items())
-    need = policy.gate.e2e_timeout_factor * predicted
-    if need <= limits.timeout_s:
-        return limits, predicted
-    return limits.model_copy(update={"timeout_s": need, "cpu_s": max(limits.cpu_s, int(2 * need))}), predicted
+    steps = max(int(base.get("steps", 0)), 1)
+    cost = {ph: {g: 0.0 for g in groups} for ph in ("prefill", "decode")}
+    for ph, sites in calls.items():
+        for site, shapes in sites.items():
+            cost[ph][e2e_child.layer_of(site)] += sum(n * per_call(_shape(k)) for k, n in shapes.items())
+    order = list(groups)
+    (rng or random.Random(secrets.randbits(64))).shuffle(order)
+    engine_s = float(base.get("load_s", 0.0)) + float(base.get("prefill_s", 0.0))
+
+    def interpreted(k: int, prefill: bool, g: int) -> float:
+        """The candidate's own predicted seconds (what the plan sizes: the engine's time around it is the same
+        whatever the plan, and on a loaded machine mostly load)."""
+        chosen = order[:k]
+        pre = sum(cost["prefill"][c] for c in chosen) if prefill else 0.0
+        return pre + (g - 1) * sum(cost["decode"][c] for c in chosen) / steps
+
+    def predict(k: int, prefill: bool, g: int) -> float:
+        return interpreted(k, prefill, g) + engine_s + (g - 1) * float(base.get("step_s", 0.0))
+
+    n, budget = len(order), policy.gate.e2e_interpreter_budget_s
+    fewer = range(g_max - 1, g_min - 1, -1)
+    options = ([(k, True, g_max) for k in range(n, 0, -1)] + [(1, True, g) for g in fewer]
+               + [(k, False, g_max) for k in range(n, 0, -1)] + [(1, False, g) for g in fewer])
+    k, prefill, g = next((o for o in options if interpreted(*o) <= budget), options[-1])
+    if k == n and prefill and g == g_max:
+        return {**full, "predicted_s": predict(k, prefill, g)}
+    chosen = set(order[:k])
+    sites = {ph: sorted(s for s in calls.get(ph, {}) if e2e_child.layer_of(s) in chosen and (prefill or ph == "decode"))
+             for ph in ("prefill", "decode")}
+    return {"sites": sites, "layers": k, "of_layers": n, "prefill": prefill, "new_tokens": g,
+            "predicted_s": predict(k, prefill, g)}
 
 
-def _div_rows(logits: torch.Tensor, mask: torch.Tensor, other_rows: list[torch.Tensor]) -> Divergence:
-    return divergence(logits, torch.stack(other_rows), mask)
+def job_limits(policy: Policy, predicted: float | None, deadline: float | None = None):
+    """The e2e job's limits: the policy's sandbox limits, the wall clock stretched to gate.e2e_timeout_factor times
+    the plan's predicted time when that is longer (a slow but correct candidate under the CPU interpreter must not
+    fail on the clock), and never past `deadline` (time.monotonic() seconds; the gate's overall deadline, which
+    autokernel/gate/pipeline.py judges)."""
+    limits = policy.sandbox
+    if predicted is not None and policy.gate.e2e_timeout_factor * predicted > limits.timeout_s:
+        need = policy.gate.e2e_timeout_factor * predicted
+        limits = limits.model_copy(update={"timeout_s": need, "cpu_s": max(limits.cpu_s, int(2 * need))})
+    if deadline is not None:
+        limits = limits.model_copy(update={"timeout_s": max(0.001, min(limits.timeout_s, deadline - time.monotonic()))})
+    return limits
 
 
-def _returned(data: dict, base: dict) -> tuple[torch.Tensor | None, list, str]:
-    """The job's logits and greedy tokens, type-checked against what the parent asked for (the child's data is
-    untrusted: the expected shape is the baseline's, never one the child reports); (None, [], why) if malformed."""
+def _returned(data: dict, base: dict, new_tokens: int) -> tuple[list[torch.Tensor] | None, list, str]:
+    """The job's rows of logits and greedy tokens, type-checked against what the parent asked for (the child's data
+    is untrusted: each row's length must follow from its prompt and its own tokens, the vocabulary from the
+    baseline's); (None, [], why) if malformed."""
+    new, lengths, prompts = data.get("new"), data.get("lengths"), base["prompts"]
+    if (not isinstance(new, list) or len(new) != len(prompts) or not all(
+            isinstance(r, list) and len(r) <= new_tokens and all(type(t) is int for t in r) for r in new)):
+        return None, [], "the candidate engine returned no token list per prompt"
+    want = [len(p) + min(len(r), new_tokens - 1) for p, r in zip(prompts, new)]
+    if not isinstance(lengths, list) or [type(x) for x in lengths] != [int] * len(want) or lengths != want:
+        return None, [], f"logit rows {lengths!r:.60} from the candidate engine, expected {want}"
     try:
         logits = torch.load(io.BytesIO(data["logits"]), weights_only=True)
     except Exception as e:  # noqa: BLE001 -- missing or unreadable: either way not logits
         return None, [], f"the candidate engine returned no readable logits ({type(e).__name__})"
-    want = tuple(base["logits"].shape)
-    if type(logits) is not torch.Tensor or tuple(logits.shape) != want or logits.dtype != base["logits"].dtype:
+    shape = (sum(want), base["logits"].shape[1])
+    if type(logits) is not torch.Tensor or tuple(logits.shape) != shape or logits.dtype != base["logits"].dtype:
         got = tuple(logits.shape) if isinstance(logits, torch.Tensor) else type(logits).__name__
-        return None, [], f"logits {got} from the candidate engine, expected {want} {base['logits'].dtype}"
-    new = data.get("new")
-    if (not isinstance(new, list) or len(new) != len(base["new"])
-            or not all(isinstance(r, list) and all(type(t) is int for t in r) for r in new)):
-        return None, [], "the candidate engine returned no token list per prompt"
-    return logits, new, ""
+        return None, [], f"logits {got} from the candidate engine, expected {shape} {base['logits'].dtype}"
+    return _rows(logits, want), new, ""
 
 
 def stage(op: str, candidate: Path, policy: Policy, job_dir: Path | None = None,
-          kernels_dir: Path | None = None, measured: dict | None = None) -> StageResult:
+          kernels_dir: Path | None = None, measured: dict | None = None, deadline: float | None = None) -> StageResult:
     """The gate's end-to-end stage for `candidate` (the gate's own copy of the file) in slot `op`. `measured`: the
-    numeric stage's metrics (per-call times by shape), which size the job's time limit (job_limits)."""
+    numeric stage's metrics (per-call times by shape), which size the job (plan) and its time limit (job_limits);
+    `deadline`: the gate's overall deadline (time.monotonic() seconds), past which the job is cut."""
     t0 = time.perf_counter()
     job_dir = job_dir or candidate.parent / "e2e"  # the parent's evidence (sandbox.log); the candidate never sees it
     base = baseline(policy, kernels_dir)
     others = _others(kernels_dir, skip=op)
+    p = plan(op, policy, base, measured)
+    g = p["new_tokens"]
     payload = {"op": op, "candidate": candidate.name, "model": policy.target.model, "backend": backend(),
-               "weights": policy.target.weights, "seqs": base["seqs"], "prompt_lens": base["prompt_lens"],
-               "max_new_tokens": policy.e2e.max_new_tokens, **({"others": others} if others else {})}
+               "weights": policy.target.weights, "prompts": base["prompts"], "new_tokens": g,
+               **({"sites": p["sites"]} if p["sites"] is not None else {}), **({"others": others} if others else {})}
     ro_paths = ([Path(kernels_dir).resolve()] if others else []) + (
         [Path(policy.target.model).resolve()] if policy.target.model else [])
-    limits, predicted = job_limits(op, policy, base, measured)
+    limits = job_limits(policy, p["predicted_s"], deadline)
+    shown = {k: (None if v is None else round(v, 1)) if k == "predicted_s" else v for k, v in p.items() if k != "sites"}
     res = sandbox.run("autokernel.gate.e2e_child:run", payload, job_dir, limits, ro_paths=ro_paths,
                       inputs={candidate.name: candidate.read_bytes()})
     if not res.ok:
         return StageResult.fail("e2e", res.reason or "sandbox.error", res.detail, timeout_s=round(limits.timeout_s, 1),
-                                predicted_s=None if predicted is None else round(predicted, 1))
-    logits, new, why = _returned(res.data, base)
+                                plan=shown)
+    rows, new, why = _returned(res.data, base, g)
     if why:
         return StageResult.fail("e2e", "e2e.bad_output", why)
-    d = divergence(base["logits"], logits, base["mask"])
+    prompts = base["prompts"]
+    a, b = _compared(prompts, base["new"], _rows(base["logits"], base["lengths"]), new, rows, g)
+    d = divergence(a, b)
     floor = dict(zip(("kl_mean", "kl_p99", "kl_max", "top1"), base["floor"].tolist()))
-    runs = [(longest_run(b), longest_run(c)) for b, c in zip(base["new"], new)]
+    runs = [(longest_run(x[:g]), longest_run(c)) for x, c in zip(base["new"], new)]
     e, m = policy.e2e, {"kl_mean": d.kl_mean, "kl_p99": d.kl_p99, "kl_max": d.kl_max, "top1": d.top1,
-                        "positions": d.positions, "noise_floor": floor, "repeat_runs": runs,
-                        "elapsed_s": round(time.perf_counter() - t0, 2), "timeout_s": round(limits.timeout_s, 1),
-                        "predicted_s": None if predicted is None else round(predicted, 1)}
+                        "positions": d.positions, "decode_positions": d.positions - sum(map(len, prompts)),
+                        "noise_floor": floor, "repeat_runs": runs, "plan": shown,
+                        "elapsed_s": round(time.perf_counter() - t0, 2), "timeout_s": round(limits.timeout_s, 1)}
+    return _judge(d, runs, m, e, floor)
+
+
+def _judge(d, runs: list[tuple[int, int]], m: dict, e, floor: dict) -> StageResult:
     if not all(map(torch.isfinite, (torch.tensor(d.kl_mean), torch.tensor(d.kl_max)))):
         return StageResult.fail("e2e", "e2e.kl_exceeded", "non-finite KL: the candidate engine produced NaN/Inf", **m)
     for stat, limit in (("kl_mean", e.kl_mean_max), ("kl_p99", e.kl_p99_max), ("kl_max", e.kl_max_max)):
@@ -185,5 +297,9 @@ def stage(op: str, candidate: Path, policy: Policy, job_dir: Path | None = None,
         if c >= e.repeat_run and b < e.repeat_run:
             return StageResult.fail("e2e", "e2e.degenerate_repetition", f"prompt {i}: one token repeated {c} "
                                     f"times in a row (baseline's longest run: {b})", **m)
+    p = m["plan"]
+    where = ("" if p["layers"] == p["of_layers"] else f"; candidate in {p['layers']} of {p['of_layers']} layers") + \
+        ("" if p["prefill"] else "; decode steps only")
     return StageResult.ok("e2e", f"KL mean {d.kl_mean:.2g} / p99 {d.kl_p99:.2g} / max {d.kl_max:.2g} nats, "
-                          f"top-1 {d.top1:.3f} over {d.positions} tokens", **m)
+                          f"top-1 {d.top1:.3f} over {d.positions} tokens ({m['decode_positions']} decoded), "
+                          f"{m['plan']['new_tokens']} greedy tokens{where}", **m)

@@ -1,4 +1,11 @@
-"""Sandbox side of the end-to-end stage: the engine with one op swapped for the candidate. Trusted harness code."""
+"""Sandbox side of the end-to-end stage: the engine with one op swapped for the candidate. Trusted harness code.
+
+One pass per engine, the same for the baseline (autokernel/gate/e2e.py, in the parent) and the candidate (here, in
+the sandbox): a batched prefill of the prompts that keeps every position's logits, then greedy decode steps with the
+KV cache, one token per row and step, each step's logits kept. While a row's greedy tokens equal the baseline's,
+its logits are exactly teacher-forced ones (same prefix), so one pass gives the KL positions and the free-running
+tokens the repetition guard reads (autokernel/gate/e2e.py judges which positions compare).
+"""
 from __future__ import annotations
 
 import io
@@ -6,35 +13,85 @@ from pathlib import Path
 
 import torch
 
-from autokernel.engine.generate import generate, left_pad
+from autokernel.engine.generate import left_pad
 
 _save, _BytesIO = torch.save, io.BytesIO  # bound at import, before any candidate code runs
 
 
-def teacher_forced(eng, seqs: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Float32 logits (B, T, V) for every position of left-padded sequences, and the (B, T) real-token mask."""
-    ids, kv_start = left_pad(seqs, eng.tokenizer.pad_id, eng.model.device)
-    cache = eng.model.new_cache(ids.shape[0], ids.shape[1])
-    logits = eng.model.forward(ids, cache, kv_start, all_logits=True).float().cpu()
-    mask = torch.arange(ids.shape[1])[None, :] >= kv_start.cpu()[:, None].long()
-    return logits, mask
+def layer_of(site: str) -> int | None:
+    """The layer index of a call site ("blk.7.attn_q.weight" -> 7); None for sites outside the layers (the
+    embedding, the final norm, the logits head)."""
+    head, _, rest = site.partition(".")
+    num = rest.partition(".")[0]
+    return int(num) if head == "blk" and num.isdigit() else None
 
 
-def greedy(eng, rows: list[list[int]], max_new_tokens: int) -> list[list[int]]:
-    return generate(eng.model, eng.tokenizer, rows, max_new_tokens).new_ids
+def decode(eng, rows: list[list[int]], new_tokens: int, on_phase=None) -> tuple[list[list[int]], list[torch.Tensor]]:
+    """Greedy continuation of each prompt row (up to `new_tokens` tokens, a stop token ends a row) and, per row, the
+    float32 logits (n_b, V) of its real positions: the prompt's positions (the last one predicts new token 1), then
+    one per decode step the row was live in (the step fed new token j predicts token j + 1). on_phase(name) is
+    called with "prefill" and "decode" as each begins (the parent's call counter and clock)."""
+    m, tok = eng.model, eng.tokenizer
+    ids, kv_start = left_pad(rows, tok.pad_id, m.device)
+    B, P = ids.shape
+    cache = m.new_cache(B, P + new_tokens)
+    if on_phase:
+        on_phase("prefill")
+    first = m.forward(ids, cache, kv_start, all_logits=True).float().cpu()  # (B, P, V)
+    out = [[first[b, P - len(r):]] for b, r in enumerate(rows)]
+    new: list[list[int]] = [[] for _ in rows]
+    done = [False] * B
+    last = first[:, -1]
+    if on_phase:
+        on_phase("decode")
+    for step in range(new_tokens):
+        nxt = last.argmax(-1)
+        for b in range(B):
+            if not done[b]:
+                t = int(nxt[b])
+                done[b] = t in tok.stop_ids
+                if not done[b]:
+                    new[b].append(t)
+        if all(done) or step == new_tokens - 1:
+            break
+        feed = torch.tensor([tok.pad_id if done[b] else new[b][-1] for b in range(B)], dtype=torch.int64)
+        last = m.forward(feed[:, None].to(m.device), cache, kv_start).float().cpu()  # (B, V)
+        for b in range(B):
+            if not done[b]:
+                out[b].append(last[b:b + 1])
+    return new, [torch.cat(o) for o in out]
+
+
+def route(eng, op: str, sites: list[str]):
+    """Run the candidate (the engine's launcher for `op`) only at `sites`, the op's torch reference at its other call
+    sites: the part of the model the stage's time plan (autokernel/gate/e2e.py plan) has room for under the CPU
+    interpreter. The candidate cannot tell which: every layer calls it with the same shapes."""
+    from autokernel.engine.optable import load_launcher
+    reference, keep = load_launcher(op, "reference"), frozenset(sites)
+
+    def observe(name, site, fn, args):
+        return fn(*args) if name != op or site in keep else reference(*args)
+    eng.model.ops.observer = observe
 
 
 def run(payload: dict, inputs: Path) -> dict:
-    """Sandbox entry: the candidate is payload["candidate"] in the read-only `inputs` directory. The logits are
-    returned as torch.save bytes taken right after the forward (not a live tensor the later greedy run could still
-    reach); the parent loads them weights-only (autokernel.sandbox: results travel through the pipe)."""
+    """Sandbox entry: the candidate is payload["candidate"] in the read-only `inputs` directory; payload["sites"]
+    ({"prefill": [...], "decode": [...]}; absent: every call site) says where it runs in each phase. The logits are
+    returned as torch.save bytes, one (sum n_b, V) tensor and the rows' n_b; the parent loads them weights-only and
+    checks them against the token lists (autokernel.sandbox: results travel through the pipe)."""
     from autokernel import kernel_loader
     kernel_loader.neutral_process()  # the same argv and env keys as the numeric job; imports kernels (interpreter)
     from autokernel.engine import open_engine
+    op = payload["op"]
     eng = open_engine(payload["model"], kernels=payload["backend"], weights=payload["weights"],
-                      overrides={**payload.get("others", {}), payload["op"]: str(Path(inputs) / payload["candidate"])})
-    logits, _ = teacher_forced(eng, payload["seqs"])
+                      overrides={**payload.get("others", {}), op: str(Path(inputs) / payload["candidate"])})
+    sites = payload.get("sites")
+    phase = None
+    if sites is not None:
+        def on_phase(name):
+            route(eng, op, sites[name])
+        phase = on_phase
+    new, logits = decode(eng, payload["prompts"], payload["new_tokens"], phase)
     snap = _BytesIO()
-    _save(logits, snap)
-    prompts = [s[:n] for s, n in zip(payload["seqs"], payload["prompt_lens"])]
-    return {"new": greedy(eng, prompts, payload["max_new_tokens"]), "logits": snap.getvalue()}
+    _save(torch.cat(logits), snap)
+    return {"new": new, "lengths": [int(x.shape[0]) for x in logits], "logits": snap.getvalue()}

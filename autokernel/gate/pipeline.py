@@ -28,9 +28,26 @@ Stage = Callable[[str, Path, Policy], StageResult]
 # candidate file is the gate's own copy (the bytes that were hashed). verify's `stages` replaces the default
 # (the end-to-end stage alone) in tests.
 def _e2e(op: str, candidate: Path, policy: Policy, kernels_dir: Path | None = None,
-         measured: dict | None = None) -> StageResult:
+         measured: dict | None = None, deadline: float | None = None) -> StageResult:
     from autokernel.gate import e2e
-    return e2e.stage(op, candidate, policy, kernels_dir=kernels_dir, measured=measured)
+    return e2e.stage(op, candidate, policy, kernels_dir=kernels_dir, measured=measured, deadline=deadline)
+
+
+def _capped(limits, deadline: float | None):
+    """Sandbox limits whose wall clock ends by `deadline` (time.monotonic()); TimeoutError if it has passed."""
+    if deadline is None:
+        return limits
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise TimeoutError("the gate's deadline passed before its next sandbox job")
+    return limits.model_copy(update={"timeout_s": min(limits.timeout_s, left)})
+
+
+def _deadline_cut(results: list[StageResult], deadline: float | None) -> None:
+    """A job that timed out at the deadline ran out of the caller's time, not its own: TimeoutError, not a verdict."""
+    if deadline is not None and time.monotonic() >= deadline - 1.0 and any(
+            not r.passed and r.reason == "sandbox.timeout" for r in results):
+        raise TimeoutError("a gate job was cut at the caller's deadline")
 
 
 def default_run_dir(op: str) -> Path:
@@ -41,7 +58,8 @@ def default_run_dir(op: str) -> Path:
 def verify(op: str, candidate_path: str | Path, *, shapes: list[dict] | None = None, seed: int | None = None,
            policy: Policy | None = None, run_dir: str | Path | None = None,
            dtypes: list[torch.dtype] | None = None, dists: list[str] | None = None,
-           stages: list[Stage] | None = None, kernels_dir: str | Path | None = None) -> Verdict:
+           stages: list[Stage] | None = None, kernels_dir: str | Path | None = None,
+           time_left_s: float | None = None) -> Verdict:
     """Judge `candidate_path` as a replacement for kernels/<op>.py.
 
     shapes: the traced shapes (default: the spec's model shapes); the spec's odd shapes and one larger shape are
@@ -49,9 +67,12 @@ def verify(op: str, candidate_path: str | Path, *, shapes: list[dict] | None = N
     every dtype of the spec and every distribution. Raises KeyError for an unknown op, OSError for an unreadable
     candidate (the command turns both into exit code 2). kernels_dir: the target checkout's kernels/
     (autokernel.paths), whose <op>.py gives the launcher signature and whose other kernels the end-to-end engine
-    runs (default: the installed project's).
+    runs (default: the installed project's). time_left_s: the caller's deadline (an agent session's,
+    autokernel/agent/evaluate.py); each sandbox job then runs under the time left at its start, and a job cut by the
+    deadline, or a deadline passed before a job, raises TimeoutError (the caller's clock, not a verdict).
     """
     t0 = time.perf_counter()
+    deadline = None if time_left_s is None else time.monotonic() + time_left_s
     spec = get(op)
     source = Path(candidate_path).read_bytes()
     sha = hashlib.sha256(source).hexdigest()
@@ -79,9 +100,10 @@ def verify(op: str, candidate_path: str | Path, *, shapes: list[dict] | None = N
         if not torch.cuda.is_available():
             max_rows = min(max_rows, policy.gate.max_rows_interpreter)
         planned = numeric.plan(spec, shapes, dtypes, dists, seed, max_rows, thresholds.extract(source))
-        runtime, num = timed(numeric.run, spec, copy, job_dir, policy.sandbox, seed, planned, None,
-                             policy.gate.require_bitwise_determinism)
+        runtime, num = timed(numeric.run, spec, copy, job_dir, _capped(policy.sandbox, deadline), seed, planned,
+                             None, policy.gate.require_bitwise_determinism)
         results += [r for r in (runtime, num) if r is not None]
+        _deadline_cut(results, deadline)
     for stage in ((_e2e,) if stages is None else stages):
         if not all(r.passed for r in results):
             break
@@ -89,7 +111,11 @@ def verify(op: str, candidate_path: str | Path, *, shapes: list[dict] | None = N
         extra = {"kernels_dir": Path(kernels_dir)} if kernels_dir is not None and "kernels_dir" in params else {}
         if "measured" in params:  # the numeric stage's per-call times size the stage's time limit
             extra["measured"] = next((r.metrics for r in results if r.name == "numeric"), None)
+        if deadline is not None and "deadline" in params:
+            _capped(policy.sandbox, deadline)  # TimeoutError when none is left
+            extra["deadline"] = deadline
         results.append(timed(functools.partial(stage, **extra), op, copy, policy))
+        _deadline_cut(results, deadline)
     accepted = all(r.passed for r in results)
     v = Verdict(op=op, candidate=str(candidate_path), candidate_sha256=sha,
                 verdict="accepted" if accepted else "rejected", stages=results, seed=seed,
