@@ -1,13 +1,23 @@
 """The live engine: Triton kernels vs torch references end to end, batching, sampling, and the real answer."""
 import pytest
+import torch
 
 from autokernel.engine import open_engine
 from autokernel.engine.divergence import divergence, longest_run
-from autokernel.engine.generate import Sampling, generate
+from autokernel.engine.generate import Sampling, generate, left_pad
 from autokernel.errors import UserError
-from autokernel.gate.e2e_child import teacher_forced  # the same teacher forcing the gate's e2e stage uses
 
 PROMPTS = ["What is the capital of France?", "Write a haiku about GPUs.", "2+2="]
+
+
+def teacher_forced(eng, seqs: list[list[int]]):
+    """Float32 logits (B, T, V) for every position of left-padded sequences in one forward (the gate's e2e stage
+    reads its prompts' logits the same way: a prefill that keeps all of them), and the (B, T) real-token mask."""
+    ids, kv_start = left_pad(seqs, eng.tokenizer.pad_id, eng.model.device)
+    cache = eng.model.new_cache(ids.shape[0], ids.shape[1])
+    logits = eng.model.forward(ids, cache, kv_start, all_logits=True).float().cpu()
+    mask = torch.arange(ids.shape[1])[None, :] >= kv_start.cpu()[:, None].long()
+    return logits, mask
 
 
 @pytest.fixture(scope="module")
