@@ -51,8 +51,9 @@ def _full_isolation() -> str:
 ISOLATION = _full_isolation()
 if os.environ.get("AUTOKERNEL_REQUIRE_ISOLATION") and ISOLATION != "bwrap+cgroup+seccomp":  # CI (.ci/run)
     raise RuntimeError(f"AUTOKERNEL_REQUIRE_ISOLATION is set but jobs would run with: {ISOLATION}")
-pytestmark = pytest.mark.skipif(ISOLATION != "bwrap+cgroup+seccomp",
-                                reason=f"the hostile suite needs bubblewrap, cgroups and seccomp: {ISOLATION}")
+pytestmark = [pytest.mark.skipif(ISOLATION != "bwrap+cgroup+seccomp",
+                                 reason=f"the hostile suite needs bubblewrap, cgroups and seccomp: {ISOLATION}"),
+              pytest.mark.xdist_group("hostile")]  # one xdist worker: `world` plants and removes one decoy file
 
 
 @pytest.fixture(scope="module")
