@@ -185,9 +185,10 @@ class Gate(_Section):
     candidate's per-call time measured by the numeric stage) before sandbox.timeout; never less than
     sandbox.timeout_s. A slow candidate under the CPU interpreter is not a wrong one."""
     e2e_interpreter_budget_s: float = Field(120.0, gt=0)
-    """Under the CPU Triton interpreter, the time the end-to-end job is planned to take: the candidate runs in as many
-    layers, for as many greedy tokens, as its measured per-call time fits in (autokernel/gate/e2e.py plan; a
-    matmul_q4_1 call costs ~0.2-60 s there, 210 calls a token). Where the kernels compile the job is never cut."""
+    """Under the CPU Triton interpreter, the candidate's own predicted seconds in the end-to-end job: it runs in as
+    many layers, for as many greedy tokens, as its measured per-call time fits in (autokernel/gate/e2e.py plan; a
+    matmul_q4_1 call costs ~0.2-60 s there, 210 calls a token); the engine's time around it comes on top. Where the
+    kernels compile the job is never cut."""
     max_rows: int = Field(8192, ge=0)
     """The largest leading (token/batch) dimension production can send the op: the engine's context length x the
     batch the gate vouches for (SmolLM2's context is 8192 tokens, autokernel/ops/rope.py CONTEXT). The numeric stage
