@@ -154,7 +154,7 @@ def plan(op: str, policy: Policy, base: dict, measured: dict | None, rng: random
     Where the kernels compile (CUDA), or with no per-call times measured: at every call site of the op, for
     e2e.max_new_tokens tokens. Under the CPU interpreter a call costs ~0.2-60 s (matmul_q4_1: 210 calls a token,
     so the full pass, 3,570 calls, ran past 78 minutes), and the candidate's own predicted time (its per-call times
-    as the numeric stage measured them, autokernel.gate.numeric.per_call_model, times the op's calls per layer,
+    as the numeric stage measured them, _per_call, times the op's calls per layer,
     phase and shape, counted in the baseline) is sized to gate.e2e_interpreter_budget_s; the engine's time around
     it is the same whatever the plan, and is added only to the job's time limit. Layers are taken in a secret random
     order, all of a layer's call sites together (every weight shape of the op); layers before tokens, since an error
@@ -178,9 +178,7 @@ def plan(op: str, policy: Policy, base: dict, measured: dict | None, rng: random
     call_s = (measured or {}).get("call_s")
     if backend() == "triton" or not isinstance(call_s, dict) or not call_s or not groups:
         return full
-    from autokernel.gate.numeric import per_call_model
-    from autokernel.ops import get
-    per_call = per_call_model(get(op), {k: (_shape(k), float(t)) for k, t in call_s.items()})
+    per_call = _per_call(op, call_s)
     steps = max(int(base.get("steps", 0)), 1)
     cost = {ph: {g: 0.0 for g in groups} for ph in ("prefill", "decode")}
     for ph, sites in calls.items():
@@ -212,6 +210,42 @@ def plan(op: str, policy: Policy, base: dict, measured: dict | None, rng: random
              for ph in ("prefill", "decode")}
     return {"sites": sites, "layers": k, "of_layers": n, "prefill": prefill, "new_tokens": g,
             "predicted_s": predict(k, prefill, g)}
+
+
+def _per_call(op: str, call_s: dict[str, float]):
+    """Predicted seconds of one call of a shape, from the numeric stage's measured ones: the measured shape that
+    differs only in the leading dimension and is the next larger (an upper bound: more rows never cost less), else
+    the largest smaller one grown as the best-measured such family grows over the same rows (tiles make cost a step
+    function of the rows, not a line); a shape with no such relative gets the numeric stage's pessimistic
+    a + b * work model (autokernel.gate.numeric.per_call_model: its steepest slope, often from a tiny odd shape, can
+    overstate a decode call 20x, which would shrink the plan for nothing)."""
+    from autokernel.gate.numeric import per_call_model
+    from autokernel.ops import get
+    measured = [(_shape(k), float(t)) for k, t in call_s.items()]
+    fallback = per_call_model(get(op), {k: (_shape(k), float(t)) for k, t in call_s.items()})
+
+    def rows(shape: dict[str, int]) -> tuple[str, list[tuple[int, float]]]:
+        """The leading dimension's name, and the measured (size, seconds) of shapes equal to `shape` but in it."""
+        lead = next(iter(shape))
+        rest = {k: v for k, v in shape.items() if k != lead}
+        return lead, sorted((m[lead], t) for m, t in measured
+                            if lead in m and {k: v for k, v in m.items() if k != lead} == rest)
+
+    def at(kin: list[tuple[int, float]], n: int) -> float | None:
+        return next((t for m, t in kin if m >= n), None)
+
+    def predict(shape: dict[str, int]) -> float:
+        lead, kin = rows(shape)
+        n = shape[lead]
+        if at(kin, n) is not None:
+            return at(kin, n)
+        if not kin:
+            return fallback(shape)
+        m, t = kin[-1]  # measured only below n: grow it as the best-measured relative grows from m to n
+        ref = max((rows(s)[1] for s, _ in measured if next(iter(s)) == lead), key=len)
+        lo, hi = at(ref, m), at(ref, n)
+        return t * (hi / lo if lo and hi else n / max(m, 1))
+    return predict
 
 
 def job_limits(policy: Policy, predicted: float | None, deadline: float | None = None):
