@@ -192,3 +192,20 @@ def test_the_gate_deadline_caps_every_job_and_a_cut_is_no_verdict(monkeypatch, t
     v = verify("rmsnorm", fx, run_dir=tmp_path, stages=[stage])  # no deadline: the job's own limit, a verdict
     assert v.reason == "sandbox.timeout" and seen["deadline"] is None
     assert seen["numeric_timeout_s"] == Policy().sandbox.timeout_s
+
+
+def test_per_call_prediction_uses_the_nearest_measured_relative():
+    """The plan predicts a call from the measured shape of its family (same dims but the rows): the next larger, or
+    the largest smaller grown as the best-measured family grows; a tiny odd shape cannot inflate every prediction
+    (the numeric stage's steepest-slope model, kept for shapes with no relative, overstated decode calls ~20x)."""
+    from autokernel.gate.numeric import per_call_model
+    from autokernel.ops import get
+    call_s = {"M=1,N=6,K=32": 0.09, "M=3,N=123,K=416": 0.16, "M=1,N=576,K=576": 0.2, "M=3,N=1536,K=576": 0.25,
+              "M=16,N=1536,K=576": 0.3, "M=127,N=1536,K=576": 0.9}
+    predict = e2e._per_call("matmul_q4_1", call_s)
+    assert predict({"M": 3, "N": 1536, "K": 576}) == 0.25  # measured
+    assert predict({"M": 120, "N": 1536, "K": 576}) == 0.9  # the next larger rows
+    assert abs(predict({"M": 120, "N": 576, "K": 576}) - 0.2 * 0.9 / 0.25) < 1e-9  # grown as N=1536 grows 1 -> 120
+    pessimistic = per_call_model(get("matmul_q4_1"), {k: (e2e._shape(k), t) for k, t in call_s.items()})
+    assert pessimistic({"M": 3, "N": 576, "K": 576}) > 2 * predict({"M": 3, "N": 576, "K": 576})
+    assert predict({"M": 3, "N": 576, "K": 1536}) == pessimistic({"M": 3, "N": 576, "K": 1536})  # no relative
