@@ -1,4 +1,4 @@
-"""Errors a user can fix. The CLI prints the message on one line and exits with the code (DESIGN.md exit codes)."""
+"""Errors a user can fix. The CLI prints the message on one line and exits with the code (CHANGELOG.md: exit codes)."""
 
 
 class UserError(Exception):

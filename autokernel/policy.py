@@ -1,4 +1,4 @@
-"""policies.yaml: what the loop may touch and how it judges. Every default is declared here, once (STYLE.md #8)."""
+"""policies.yaml: what the loop may touch and how it judges. Every default is declared here, once."""
 from __future__ import annotations
 
 from pathlib import Path

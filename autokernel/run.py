@@ -1,5 +1,5 @@
 """`autokernel run` (interactive) and `autokernel nightly` (the CI bot): profile -> rank -> agent -> gate -> bench ->
-git. One pass down the pipe of DESIGN.md, on one checkout (autokernel.paths): its kernels are read, its sandbox/
+git. One pass down the pipe of docs/design.md, on one checkout (autokernel.paths): its kernels are read, its sandbox/
 holds the run's state, its traces/ the profile, its branches the commits.
 
 Per op there is one path, work_on(): an agent session (agent.command.start) with an injected Model and Evaluator,

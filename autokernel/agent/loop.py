@@ -1,4 +1,4 @@
-"""The agent loop (STYLE.md #7): run() loops over step(); a small exception tree ends it; the message list is the
+"""The agent loop: run() loops over step(); a small exception tree ends it; the message list is the
 transcript, written to sandbox/<run>/transcript.json after every step with its token counts and cost.
 
 The model is anything with `query(messages, tools, time_left_s) -> assistant message` (providers.Model): an LLM

@@ -2,7 +2,7 @@
 the gate's allowlist, and, after each submission, the verdict with everything the gate measured.
 
 Everything here comes from the trusted side (the op spec, the trace, the device, the gate) or from the current kernel
-file; nothing from a candidate. Numbers are formatted here, words live in the templates (STYLE.md #8).
+file; nothing from a candidate. Numbers are formatted here, words live in the templates.
 """
 from __future__ import annotations
 

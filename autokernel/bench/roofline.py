@@ -3,7 +3,7 @@ must do. The one roofline: the benchmark (fraction of peak, `bench.implausible`)
 trace's `roofline` section, which `describe` writes) and the agent's prompt (each shape's floor) all use `floor_ms`.
 
 GPU figures are the vendors' spec sheets: dense (no 2:4 sparsity), HBM/GDDR bandwidth, fp32 on the CUDA cores
-(tf32 would be the lower-precision shortcut, SHORTCUTS.md #13). Nothing real beats them, which is what the
+(tf32 would be the lower-precision shortcut, docs/shortcuts.md #13). Nothing real beats them, which is what the
 implausibility check needs. CPU figures are measured once per process (numpy copy and matmul), approximate, and
 only ever describe Triton-interpreter runs.
 """

@@ -1,7 +1,7 @@
 """Op slots: which implementation serves each op — the torch reference, our Triton kernel, or one override.
 
 The override is the hook the gate and the profiler use to swap in one candidate. Loading a candidate file executes
-it, so overrides are only ever loaded inside the sandbox (DESIGN.md trust rule 2). Every kernel, ours or a
+it, so overrides are only ever loaded inside the sandbox (docs/design.md trust rule 2). Every kernel, ours or a
 candidate, is loaded by autokernel.kernel_loader, the same function the gate's numeric harness uses: a candidate is
 `kernels.<op>` from a file `<op>.py` in the engine exactly as in the gate.
 """

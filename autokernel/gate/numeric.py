@@ -4,7 +4,7 @@ The parent (trusted, the autokernel process) generates every input from a secret
 job read-only; the child (autokernel.gate.child) runs the candidate and returns raw observations and outputs; only
 then does the parent compute the float64 reference and eager torch on private copies and judge every call
 (autokernel.gate.judge). The candidate never sees the seed, the generator, the reference or the tolerance
-(DESIGN.md trust rules 1-2), and the parent takes nothing the child says as truth.
+(docs/design.md trust rules 1-2), and the parent takes nothing the child says as truth.
 
 Cases are shape x dtype x distribution (autokernel.gate.schedule): the traced (or model) shapes, the spec's odd shapes,
 a larger one and a sweep of the leading dimension; each dtype of the spec; every distribution of autokernel.ops.spec

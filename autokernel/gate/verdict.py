@@ -1,6 +1,6 @@
 """What the gate says about one candidate: a plain, JSON-able value written next to the candidate's work dir.
 
-Every rejection carries a stable reason code and a one-line detail (DESIGN.md trust rule 4); the agent is shown the
+Every rejection carries a stable reason code and a one-line detail (docs/design.md trust rule 4); the agent is shown the
 same text a person would read.
 """
 from __future__ import annotations

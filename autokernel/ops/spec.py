@@ -1,6 +1,6 @@
 """The trusted description of one op: what it computes, on what inputs, and how much work that is.
 
-A candidate kernel never supplies any of this (DESIGN.md trust rule 1). Tests, the gate, the profiler and the
+A candidate kernel never supplies any of this (docs/design.md trust rule 1). Tests, the gate, the profiler and the
 benchmark all read the same spec, so there is one copy of each reference.
 """
 from __future__ import annotations
@@ -33,7 +33,7 @@ class OpSpec:
 
 def sample(shape: tuple[int, ...], dtype: torch.dtype, device: str | torch.device, gen: torch.Generator,
            dist: str = "normal") -> torch.Tensor:
-    """Activation-like values drawn to break shortcuts (SHORTCUTS.md #10, #12, #14)."""
+    """Activation-like values drawn to break shortcuts (docs/shortcuts.md #10, #12, #14)."""
     x = torch.randn(shape, generator=gen, dtype=torch.float32)
     if dist == "wide":  # large range and magnitude: overflow-prone kernels fail here
         mag = torch.exp(torch.rand(shape, generator=gen) * 6.0 - 1.0)  # e^-1 .. e^5

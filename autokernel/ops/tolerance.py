@@ -1,4 +1,4 @@
-"""One dtype -> tolerance table, derived rather than guessed (STYLE.md #5), and the one judge of a call's outputs.
+"""One dtype -> tolerance table, derived rather than guessed, and the one judge of a call's outputs.
 
 A kernel's output is compared with a float64 reference. It may be off by at most twice the error that eager torch
 makes in the same dtype on the same inputs (so a kernel is held to the standard of the library it replaces), plus a
@@ -20,7 +20,7 @@ import torch
 EAGER_FACTOR = 2.0  # flash-attention's test_layer_norm.py rule
 ULPS = 4.0  # few-ulp slack, relative to the output's max magnitude
 # When eager torch itself breaks on an input (an fp16 x.pow(2) overflowing to inf, so a row comes out zero), 2x its
-# error is a tolerance that cannot fail (STYLE.md #5). Eager counts as broken when it is non-finite where the float64
+# error is a tolerance that cannot fail. Eager counts as broken when it is non-finite where the float64
 # reference is finite, or off by more than BROKEN_EAGER_FRACTION of the output's scale (imprecise is not broken: a
 # float32 rope at position 8000 is off by ~500 ulps and keeps its derived bound). The bound then is what the rule
 # gives a healthy eager of ~2 ulps: 2 x 2 + 4 = 8 ulps of the output's scale.

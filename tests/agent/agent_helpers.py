@@ -12,7 +12,7 @@ INCUMBENT = (ROOT / "kernels" / "rmsnorm.py").read_text()
 # A correct rmsnorm planted slow: BLOCK_N=256 walks each 576-wide row in 3 chunks, twice (fixtures/ says why).
 PLANTED = (Path(__file__).parent / "fixtures" / "rmsnorm_small_block.py").read_text()
 
-# SHORTCUTS.md #1: call the library instead of launching a kernel.
+# docs/shortcuts.md #1: call the library instead of launching a kernel.
 CHEAT = '''import torch
 import torch.nn.functional as F
 

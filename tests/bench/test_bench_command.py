@@ -124,7 +124,7 @@ def test_identical_copy_and_an_incumbent_tamperer_do_not_win(tmp_path, capsys):
 
 
 CHEATERS = {
-    # SHORTCUTS.md #4: replay the first result for the same input pointer
+    # docs/shortcuts.md #4: replay the first result for the same input pointer
     "replay": """
         import importlib.util
         _s = importlib.util.spec_from_file_location("_inc", "{inc}")

@@ -31,7 +31,7 @@ def test_lm_head_fp32_weight_with_half_activations():
 
 
 def test_lm_head_logits_rounded_to_half_are_caught():
-    """Logits computed in the activations' fp16 and only then widened (SHORTCUTS.md #13) must fail."""
+    """Logits computed in the activations' fp16 and only then widened (docs/shortcuts.md #13) must fail."""
     kw = SPEC.make_inputs({"M": 4, "V": 1823, "K": 576}, torch.float16, "cpu", torch.Generator().manual_seed(1))
     wrong = (kw["x"] @ kw["weight"].T).float()
     assert not compare(wrong, SPEC.reference(**upcast(kw)), SPEC.reference(**kw), torch.float32).ok

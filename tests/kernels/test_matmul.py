@@ -38,7 +38,7 @@ def _inputs(shape, dtype, dist="normal", seed=1):
 
 
 def test_matmul_in_half_precision_is_caught():
-    """An fp32 matmul computed from bf16 operands (SHORTCUTS.md #13) must fail the check."""
+    """An fp32 matmul computed from bf16 operands (docs/shortcuts.md #13) must fail the check."""
     kw = _inputs({"M": 4, "N": 192, "K": 576}, torch.float32)
     wrong = (kw["x"].bfloat16().float() @ kw["weight"].bfloat16().float().T)
     assert not compare(wrong, SPEC.reference(**upcast(kw)), SPEC.reference(**kw), torch.float32).ok
