@@ -94,7 +94,9 @@ def baseline(policy: Policy, kernels_dir: Path | None = None) -> dict:
            "steps": steps, "load_s": clock["load"], "prefill_s": clock.get("prefill", 0.0),
            "step_s": clock.get("decode", 0.0) / max(steps, 1)}
     CACHE.mkdir(parents=True, exist_ok=True)
-    torch.save(out, path)
+    tmp = path.with_name(f"{path.name}.{secrets.token_hex(4)}.tmp")  # renamed: readers never see half a file
+    torch.save(out, tmp)
+    tmp.replace(path)
     return out
 
 
