@@ -32,7 +32,6 @@ Reading a value on the host (item, _local_scalar_dense), arange/rand*, every mat
 from __future__ import annotations
 
 import io
-import os
 import random
 import time
 from contextlib import contextmanager
@@ -41,11 +40,10 @@ from pathlib import Path
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from autokernel import harness, kernel_loader
+from autokernel import device, harness, kernel_loader
 from autokernel.harness import CallRecord, CallSpec, NumericPayload, NumericReport, Reject
 
-if not torch.cuda.is_available():  # before triton is imported: kernels run through the interpreter (kernels/__init__)
-    os.environ.setdefault("TRITON_INTERPRET", "1")
+device.ensure_interpreter()  # before triton is imported: kernels run through the interpreter without CUDA
 
 from autokernel.gate.allowlist import ALLOC, COPY, LAUNCH_ONLY, POISONED, VIEW  # noqa: E402  (one table: static too)
 
