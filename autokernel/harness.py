@@ -137,14 +137,6 @@ def describe(e: BaseException) -> str:
     return f"{type(e).__name__}: {first}" if first else type(e).__name__
 
 
-def entry(fn: types.FunctionType) -> str:
-    """The sandbox's name of a trusted entry function ("module:function", autokernel.sandbox.run): callers name the
-    function itself, so a renamed or moved entry is an import error in the parent, not a failed job."""
-    if fn.__module__ == "__main__" or "." in fn.__qualname__:
-        raise ValueError(f"{fn.__qualname__}: a sandbox entry is a module-level function of an importable module")
-    return f"{fn.__module__}:{fn.__qualname__}"
-
-
 # --- the candidate ---------------------------------------------------------------------------------------------------
 
 def import_candidate(op: str, path: Path, watch=None) -> types.ModuleType:

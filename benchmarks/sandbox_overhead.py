@@ -17,6 +17,7 @@ from pathlib import Path
 from autokernel import sandbox
 from autokernel.policy import Sandbox
 from autokernel.sandbox import bwrap
+from autokernel.sandbox.child import ping
 
 
 def _row(name: str, times_s: list[float]) -> str:
@@ -29,7 +30,7 @@ def _jobs(limits: Sandbox, payload: dict, n: int, root: Path) -> tuple[list[floa
     out, iso = [], ""
     for k in range(n):
         t0 = time.perf_counter()
-        r = sandbox.run("autokernel.sandbox.child:ping", payload, root / f"job{len(out)}-{k}", limits)
+        r = sandbox.run(ping, payload, root / f"job{len(out)}-{k}", limits)
         out.append(time.perf_counter() - t0)
         assert r.ok, r
         iso = r.isolation

@@ -180,12 +180,8 @@ def plan(op: str, policy: Policy, base: dict, measured: dict | None, rng: random
     call_s = (measured or {}).get("call_s")
     if backend() == "triton" or not isinstance(call_s, dict) or not call_s or not groups:
         return full
-    per_call = _per_call(op, call_s)
     steps = max(int(base.get("steps", 0)), 1)
-    cost = {ph: {g: 0.0 for g in groups} for ph in ("prefill", "decode")}
-    for ph, sites in calls.items():
-        for site, shapes in sites.items():
-            cost[ph][e2e_child.layer_of(site)] += sum(n * per_call(_shape(k)) for k, n in shapes.items())
+    cost = _layer_costs(op, call_s, calls, groups)
     order = list(groups)
     (rng or random.Random(secrets.randbits(64))).shuffle(order)
     engine_s = float(base.get("load_s", 0.0)) + float(base.get("prefill_s", 0.0))
@@ -212,6 +208,16 @@ def plan(op: str, policy: Policy, base: dict, measured: dict | None, rng: random
              for ph in ("prefill", "decode")}
     return {"sites": sites, "layers": k, "of_layers": n, "prefill": prefill, "new_tokens": g,
             "predicted_s": predict(k, prefill, g)}
+
+
+def _layer_costs(op: str, call_s: dict[str, float], calls: dict, groups: list) -> dict[str, dict]:
+    """The candidate's predicted seconds in each layer (group) and phase of one pass: calls x _per_call."""
+    per_call = _per_call(op, call_s)
+    cost = {ph: {g: 0.0 for g in groups} for ph in ("prefill", "decode")}
+    for ph, sites in calls.items():
+        for site, shapes in sites.items():
+            cost[ph][e2e_child.layer_of(site)] += sum(n * per_call(_shape(k)) for k, n in shapes.items())
+    return cost
 
 
 def _per_call(op: str, call_s: dict[str, float]):
@@ -304,7 +310,7 @@ def stage(op: str, candidate: Path, policy: Policy, job_dir: Path | None = None,
         [Path(policy.target.model).resolve()] if policy.target.model else [])
     limits = job_limits(policy, p["predicted_s"], deadline)
     shown = {k: (None if v is None else round(v, 1)) if k == "predicted_s" else v for k, v in p.items() if k != "sites"}
-    res = sandbox.run("autokernel.gate.e2e_child:run", payload, job_dir, limits, ro_paths=ro_paths,
+    res = sandbox.run(e2e_child.run, payload, job_dir, limits, ro_paths=ro_paths,
                       inputs={candidate.name: candidate.read_bytes()})
     if not res.ok:
         return StageResult.fail("e2e", res.reason or "sandbox.error", res.detail, timeout_s=round(limits.timeout_s, 1),

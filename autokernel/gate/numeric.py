@@ -160,7 +160,7 @@ class _Runner:
                 files.setdefault(c.id, {})[v] = f"{c.id}.{v}.pt"
         payload: harness.NumericPayload = {"op": self.spec.name, "candidate": self.candidate.name,
                                            "poison": self.poison, "cases": files, "calls": calls}
-        res = self.sandbox_run(harness.entry(child.numeric), payload, self.job_dir, self.limits_for(est_s),
+        res = self.sandbox_run(child.numeric, payload, self.job_dir, self.limits_for(est_s),
                                inputs=inputs)
         self.sandbox_s += res.wall_s
         self.isolation = res.isolation

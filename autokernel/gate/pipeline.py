@@ -50,6 +50,43 @@ def _deadline_cut(results: list[StageResult], deadline: float | None) -> None:
         raise TimeoutError("a gate job was cut at the caller's deadline")
 
 
+def _timed(fn, *args):
+    """fn(*args), each StageResult it returns stamped with the seconds it took (unless it split its own time)."""
+    s = time.perf_counter()
+    out = fn(*args)
+    for r in out if isinstance(out, tuple) else (out,):
+        if r is not None and not r.elapsed_s:  # a stage that splits its own time (runtime/numeric) keeps it
+            r.elapsed_s = round(time.perf_counter() - s, 3)
+    return out
+
+
+def _sandboxed(spec, copy: Path, job_dir: Path, policy: Policy, shapes, dtypes, dists, seed: int, source: bytes,
+               deadline: float | None) -> list[StageResult]:
+    """The runtime and numeric stages: the case plan (traced shapes, the production-range sweep, the thresholds the
+    source compares) run in the sandbox and judged here (autokernel/gate/numeric.py)."""
+    max_rows = policy.gate.max_rows  # under the CPU interpreter at most max_rows_interpreter (policy.py)
+    if not torch.cuda.is_available():
+        max_rows = min(max_rows, policy.gate.max_rows_interpreter)
+    planned = numeric.plan(spec, shapes, dtypes, dists, seed, max_rows, thresholds.extract(source))
+    runtime, num = _timed(numeric.run, spec, copy, job_dir, _capped(policy.sandbox, deadline), seed, planned,
+                          None, policy.gate.require_bitwise_determinism)
+    return [r for r in (runtime, num) if r is not None]
+
+
+def _stage_args(stage: Stage, results: list[StageResult], kernels_dir, policy: Policy,
+                deadline: float | None) -> dict:
+    """The optional arguments a later stage takes: the target's kernels/, the numeric stage's per-call times (they
+    size the stage's time limit), the deadline (TimeoutError here when none is left)."""
+    params = inspect.signature(stage).parameters
+    extra = {"kernels_dir": Path(kernels_dir)} if kernels_dir is not None and "kernels_dir" in params else {}
+    if "measured" in params:
+        extra["measured"] = next((r.metrics for r in results if r.name == "numeric"), None)
+    if deadline is not None and "deadline" in params:
+        _capped(policy.sandbox, deadline)
+        extra["deadline"] = deadline
+    return extra
+
+
 def default_run_dir(op: str) -> Path:
     stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
     return INSTALLED_LAYOUT.sandbox / f"verify-{stamp}-{op}-{secrets.token_hex(2)}"
@@ -84,37 +121,16 @@ def verify(op: str, candidate_path: str | Path, *, shapes: list[dict] | None = N
     copy = job_dir / f"{op}.py"  # what the sandbox imports and later stages read: exactly the hashed bytes
     copy.write_bytes(source)
     results: list[StageResult] = []
-
-    def timed(fn, *args):
-        s = time.perf_counter()
-        out = fn(*args)
-        for r in out if isinstance(out, tuple) else (out,):
-            if r is not None and not r.elapsed_s:  # a stage that splits its own time (runtime/numeric) keeps it
-                r.elapsed_s = round(time.perf_counter() - s, 3)
-        return out
-
     reference = Path(kernels_dir) / f"{op}.py" if kernels_dir is not None else None
-    results.append(timed(functools.partial(static.check_source, policy=policy), source, op, reference))
+    results.append(_timed(functools.partial(static.check_source, policy=policy), source, op, reference))
     if results[-1].passed:
-        max_rows = policy.gate.max_rows  # under the CPU interpreter at most max_rows_interpreter (policy.py)
-        if not torch.cuda.is_available():
-            max_rows = min(max_rows, policy.gate.max_rows_interpreter)
-        planned = numeric.plan(spec, shapes, dtypes, dists, seed, max_rows, thresholds.extract(source))
-        runtime, num = timed(numeric.run, spec, copy, job_dir, _capped(policy.sandbox, deadline), seed, planned,
-                             None, policy.gate.require_bitwise_determinism)
-        results += [r for r in (runtime, num) if r is not None]
+        results += _sandboxed(spec, copy, job_dir, policy, shapes, dtypes, dists, seed, source, deadline)
         _deadline_cut(results, deadline)
     for stage in ((_e2e,) if stages is None else stages):
         if not all(r.passed for r in results):
             break
-        params = inspect.signature(stage).parameters
-        extra = {"kernels_dir": Path(kernels_dir)} if kernels_dir is not None and "kernels_dir" in params else {}
-        if "measured" in params:  # the numeric stage's per-call times size the stage's time limit
-            extra["measured"] = next((r.metrics for r in results if r.name == "numeric"), None)
-        if deadline is not None and "deadline" in params:
-            _capped(policy.sandbox, deadline)  # TimeoutError when none is left
-            extra["deadline"] = deadline
-        results.append(timed(functools.partial(stage, **extra), op, copy, policy))
+        results.append(_timed(functools.partial(stage, **_stage_args(stage, results, kernels_dir, policy, deadline)),
+                              op, copy, policy))
         _deadline_cut(results, deadline)
     accepted = all(r.passed for r in results)
     v = Verdict(op=op, candidate=str(candidate_path), candidate_sha256=sha,

@@ -5,7 +5,8 @@ CONTRACT (other packages code against this; the implementation may grow, the sig
     run(entry, payload, job_dir, limits, *, inputs={}, pythonpath=(), ro_paths=(), env=None) -> SandboxResult
     preflight(limits, *, untrusted_author) -> isolation string, or UserError (exit 2)
 
-- `entry` is "module:function" of TRUSTED code (e.g. "autokernel.gate.child:numeric"). In the child process the
+- `entry` is a TRUSTED module-level function of an importable module (e.g. autokernel.gate.child.numeric), named
+  to the child as "module:function" (entry_name). In the child process the
   function is called as fn(payload: dict, inputs: Path) -> dict. `inputs` is a fresh, READ-ONLY directory holding
   the `inputs` the parent passed (name -> bytes, written as they are, or any other object, written with torch.save);
   the entry imports candidate files from there. The returned dict may hold tensors, numbers, strings, bytes and
@@ -60,9 +61,10 @@ import sys
 import tempfile
 import threading
 import time
+import types
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from autokernel.paths import INSTALLED
 from autokernel.sandbox import bwrap, seccomp
@@ -170,10 +172,20 @@ def _write_inputs(d: Path, inputs: Mapping[str, Any]) -> None:
             torch.save(value, d / name)
 
 
-def run(entry: str, payload: dict, job_dir: Path, limits: Sandbox, *, inputs: Mapping[str, Any] | None = None,
+def entry_name(fn: Callable) -> str:
+    """The child's name of a trusted entry function ("module:function"): callers pass the function itself, so a
+    renamed or moved entry is an import error in the parent, not a failed job."""
+    if not isinstance(fn, types.FunctionType):
+        raise TypeError(f"a sandbox entry is a function, not {type(fn).__name__}")
+    if fn.__module__ == "__main__" or "." in fn.__qualname__:
+        raise ValueError(f"{fn.__qualname__}: a sandbox entry is a module-level function of an importable module")
+    return f"{fn.__module__}:{fn.__qualname__}"
+
+
+def run(entry: Callable, payload: dict, job_dir: Path, limits: Sandbox, *, inputs: Mapping[str, Any] | None = None,
         pythonpath: Sequence[Path] = (), ro_paths: Sequence[Path] = (),
         env: dict[str, str] | None = None) -> SandboxResult:
-    """Run TRUSTED `entry` ("module:function") on `payload` in a fresh sandboxed process; see the module docstring.
+    """Run TRUSTED `entry` (a module-level function) on `payload` in a fresh sandboxed process (module docstring).
 
     Keyword arguments (all optional): `inputs` files for the read-only input directory, `pythonpath` directories to
     import from (bound read-only), `ro_paths` more read-only paths (trusted ones only: a model file, a checkout's
@@ -181,6 +193,7 @@ def run(entry: str, payload: dict, job_dir: Path, limits: Sandbox, *, inputs: Ma
     A thread pinned to a slot (slots.pinned: a whole gate on one slot, autokernel/agent/workers.py) gets that slot's
     env under `env`.
     """
+    entry = entry_name(entry)
     env = {**pinned_env(), **(env or {})}
     job_dir = Path(job_dir)
     job_dir.mkdir(parents=True, exist_ok=True)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import git
 import pytest
+import sandbox_entries
 from agent_helpers import CHEAT, GOOD, PLANTED, ScriptedModel, turn
 from delivery_doubles import measurement, write_trace
 from rich.console import Console
@@ -207,7 +208,7 @@ def test_a_sandboxed_job_started_in_a_pinned_thread_gets_the_slots_env(tmp_path)
     src = b"import os\ndef main(job_dir):\n    return os.environ.get('OMP_NUM_THREADS')\n"
 
     def job(name):
-        return sandbox.run("sandbox_entries:call_candidate", {"candidate": "c.py"}, tmp_path / name,
+        return sandbox.run(sandbox_entries.call_candidate, {"candidate": "c.py"}, tmp_path / name,
                            Policy().sandbox, inputs={"c.py": src}, pythonpath=[ROOT / "tests" / "sandbox"])
 
     with pinned(Slot(0, {"OMP_NUM_THREADS": "3"})):

@@ -10,7 +10,7 @@ import torch
 
 from autokernel import kernel_loader, sandbox
 from autokernel.engine.optable import OpTable
-from autokernel.gate import numeric
+from autokernel.gate import e2e_child, numeric
 from autokernel.ops import get
 from autokernel.policy import Policy
 
@@ -32,7 +32,7 @@ def _engine_job(tmp_path: Path) -> str:
     policy = Policy()
     payload = {"op": "rmsnorm", "candidate": PROBE.name, "model": policy.target.model, "backend": "reference",
                "weights": policy.target.weights, "seqs": [[1, 2]], "prompt_lens": [1], "max_new_tokens": 1}
-    res = sandbox.run("autokernel.gate.e2e_child:run", payload, tmp_path / "e2e", policy.sandbox,
+    res = sandbox.run(e2e_child.run, payload, tmp_path / "e2e", policy.sandbox,
                       inputs={PROBE.name: PROBE.read_bytes()})
     assert not res.ok and res.reason == "sandbox.error", res
     return res.detail

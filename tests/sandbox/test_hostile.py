@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 import pytest
+import sandbox_entries
 import torch
 
 from autokernel import sandbox
@@ -102,7 +103,7 @@ def ctx(world, **extra) -> dict:
 
 def run_attack(world, names, context: dict, limits: Sandbox = LIMITS, group: bool = False):
     job = world["root"] / f"job-{names[0].removesuffix('.py')}-{secrets.token_hex(2)}"
-    res = sandbox.run("sandbox_entries:attack", {"attacks": list(names), "ctx": context, "group": group}, job,
+    res = sandbox.run(sandbox_entries.attack, {"attacks": list(names), "ctx": context, "group": group}, job,
                       limits, inputs={n: (HOSTILE / n).read_bytes() for n in names}, pythonpath=[HERE])
     assert_contained(world, res, job)
     return res
@@ -325,7 +326,7 @@ def test_symlinks_planted_by_a_correct_kernel_are_never_followed(world, monkeypa
 
 
 def test_the_loop_survives(world):
-    res = sandbox.run("sandbox_entries:call_candidate", {"candidate": "c.py"}, world["root"] / "last", LIMITS,
+    res = sandbox.run(sandbox_entries.call_candidate, {"candidate": "c.py"}, world["root"] / "last", LIMITS,
                       inputs={"c.py": b"def main(scratch):\n    return 'still here'\n"}, pythonpath=[HERE])
     assert res.ok and res.data == {"result": "still here"}, res
     assert_contained(world, res, world["root"] / "last")

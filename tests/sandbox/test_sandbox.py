@@ -8,6 +8,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+import sandbox_entries
 import torch
 
 from autokernel import sandbox
@@ -23,7 +24,7 @@ needs_bwrap = pytest.mark.skipif(bwrap.usable() is not None, reason=f"needs bubb
 
 def run_candidate(tmp_path: Path, source: str, limits: Sandbox = LIMITS, name: str = "job"):
     """Run main(scratch) of `source`, imported from the job's read-only input directory; job_dir is the evidence."""
-    return sandbox.run("sandbox_entries:call_candidate", {"candidate": "candidate.py"}, tmp_path / name, limits,
+    return sandbox.run(sandbox_entries.call_candidate, {"candidate": "candidate.py"}, tmp_path / name, limits,
                        inputs={"candidate.py": textwrap.dedent(source).encode()}, pythonpath=[HERE])
 
 
@@ -273,7 +274,7 @@ def test_run_many_uses_every_slot_and_no_job_sees_another_jobs_cache(tmp_path):
     src = (b"import os\ndef main(scratch):\n    d = os.environ['TRITON_CACHE_DIR']\n    seen = os.listdir(d) "
            b"if os.path.isdir(d) else []\n    os.makedirs(d, exist_ok=True)\n    open(os.path.join(d, 'planted'), "
            b"'w').write('x')\n    return [os.environ.get('OMP_NUM_THREADS'), seen]\n")
-    jobs = [("sandbox_entries:call_candidate", {"candidate": "c.py"}, tmp_path / f"j{i}", {"c.py": src})
+    jobs = [(sandbox_entries.call_candidate, {"candidate": "c.py"}, tmp_path / f"j{i}", {"c.py": src})
             for i in range(4)]
     slots = [sandbox.slots.Slot(0, {"OMP_NUM_THREADS": "1"}), sandbox.slots.Slot(1, {"OMP_NUM_THREADS": "1"})]
     rs = sandbox.run_many(jobs, LIMITS, slots=slots, pythonpath=[HERE])
@@ -345,7 +346,7 @@ def test_inputs_are_read_only_fresh_and_removed(tmp_path, monkeypatch):
     tmp = tmp_path / "tempdir"
     tmp.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(tmp))
-    r = sandbox.run("sandbox_entries:inputs_probe", {}, tmp_path / "job", LIMITS,
+    r = sandbox.run(sandbox_entries.inputs_probe, {}, tmp_path / "job", LIMITS,
                     inputs={"a.pt": {"x": torch.ones(3)}, "raw.bin": b"\x00\x01"}, pythonpath=[HERE])
     assert r.ok, r
     res = r.data
@@ -355,7 +356,7 @@ def test_inputs_are_read_only_fresh_and_removed(tmp_path, monkeypatch):
         assert res["write"] == "OSError" and res["unlink"] == "OSError", res
     assert list(tmp.iterdir()) == []  # the input dir (and the fallback's scratch) are gone
     with pytest.raises(ValueError):
-        sandbox.run("sandbox_entries:inputs_probe", {}, tmp_path / "job", LIMITS, inputs={"../x": b""})
+        sandbox.run(sandbox_entries.inputs_probe, {}, tmp_path / "job", LIMITS, inputs={"../x": b""})
 
 
 def test_isolation_is_reported_in_full(tmp_path):
@@ -398,7 +399,7 @@ def test_no_bytecode_is_written_even_without_bubblewrap(tmp_path):
     pkg = tmp_path / "lib"
     pkg.mkdir()
     (pkg / "ak_bytecode_probe.py").write_text("X = 1\n")
-    r = sandbox.run("sandbox_entries:import_module", {"name": "ak_bytecode_probe"}, tmp_path / "job",
+    r = sandbox.run(sandbox_entries.import_module, {"name": "ak_bytecode_probe"}, tmp_path / "job",
                     LIMITS.model_copy(update={"isolation": "none"}), pythonpath=[HERE, pkg])
     assert r.ok, r
     assert not (pkg / "__pycache__").exists()
