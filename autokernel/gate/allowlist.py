@@ -164,7 +164,8 @@ def describe() -> str:
         "float16/bfloat16/float8 dtypes named anywhere but in a comparison, and tf32 switches, are "
         "static.precision: cast to the data's own dtype (x.dtype, ptr.dtype.element_ty). A shape compared for "
         "equality with a literal other than 0/1 outside an assert is static.shape_special_case, and so is "
-        "tl.num_programs (the grid's size) against any constant. Bit reinterpretation (bitcast=True, "
-        "tl.pointer_type re-typing, a host .view(dtype)) only where kernels/<op>.py does the same: else "
-        "static.precision.",
+        "tl.num_programs (the grid's size, or a local derived from it) in any decision: a comparison, a "
+        "condition, tl.where, // % >> & | ^ or a clamp; it may be a range() bound or stride. Bit "
+        "reinterpretation (bitcast=True, tl.pointer_type re-typing, a host .view(dtype)) only where "
+        "kernels/<op>.py does the same: else static.precision.",
     ])

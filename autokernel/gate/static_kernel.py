@@ -274,37 +274,26 @@ class _Kernel:
 # --- the grid's size as a switch -------------------------------------------------------------------------------------
 
 _STEP_OPS = (ast.FloorDiv, ast.Mod, ast.RShift, ast.BitAnd, ast.BitOr, ast.BitXor)  # step functions of their input
-_CLAMPS = {"min", "max", TL + "minimum", TL + "maximum", TL + "clamp"}  # a clamp at a constant is a threshold
-_PURE = {TL + "cdiv", TL + "minimum", TL + "maximum", TL + "constexpr", TL + "math.floor", TL + "math.ceil"}
+_CLAMPS = {"min", "max", TL + "minimum", TL + "maximum", TL + "clamp"}  # a clamp of the grid size is a threshold
 
 
 def grid_special_cases(fn: ast.FunctionDef, facts: Facts, where: str) -> None:
-    """`if tl.num_programs(0) > 64:` (or == 97, min(nprog, 64), nprog // 64, through locals): a kernel that behaves
-    one way on small grids and another on large ones. The grid's size is a shape, and unlike a threshold on M the
-    numeric stage's sweep cannot aim at it: how many programs a given M makes depends on block sizes, heuristics and
-    autotune configs, and a window (== 97) is missed by any sweep. So the grid size may feed loop bounds and strides
-    (persistent kernels) and arithmetic with other run-time values, never a constant threshold:
-    static.shape_special_case. tl.program_id compared with a constant is left to the numeric stage: program p runs in
-    every grid larger than p, so every case past the threshold exercises the other branch (and a literal threshold
-    gets cases on both sides, autokernel/gate/thresholds.py)."""
-    constexprs = {a.arg for a in fn.args.args + fn.args.kwonlyargs
-                  if a.annotation is not None and facts.qual(a.annotation) == TL + "constexpr"}
+    """`if tl.num_programs(0) > 64:` (or == 97, min(nprog, 64), nprog // 64, `nprog > M * 0 + 64`, through locals): a
+    kernel that behaves one way on small grids and another on large ones. The grid's size is a shape, and unlike a
+    threshold on M the numeric stage's sweep cannot aim at it: how many programs a given M makes depends on block
+    sizes, heuristics and autotune configs, and a window (== 97) is missed by any sweep. What the "other side" is
+    cannot be trusted either: arithmetic turns any run-time value into a constant (`M * 0 + 64`). So the grid's size
+    (and any local derived from it) may feed range() bounds and strides (persistent kernels) and + - * arithmetic,
+    never a decision: no comparison, no condition (if / while / ternary / tl.where / assert / and-or), no step function
+    (// % >> & | ^), no clamp (min / max / tl.minimum / tl.maximum / tl.clamp): static.shape_special_case.
+    tl.program_id compared with a constant is left to the numeric stage: program p runs in every grid larger than
+    p, so every case past the threshold exercises the other branch (and a literal threshold gets cases on both sides,
+    autokernel/gate/thresholds.py)."""
     grid: set[str] = set()
 
     def is_grid(e: ast.AST) -> bool:
         return any(isinstance(n, ast.Call) and facts.qual(n.func) == TL + "num_programs" or
                    isinstance(n, ast.Name) and n.id in grid for n in ast.walk(e))
-
-    def constant(e: ast.AST) -> bool:
-        """Known before launch: literals, module constants, constexpr parameters, pure functions of them."""
-        for n in ast.walk(e):
-            if isinstance(n, ast.Call) and not (facts.qual(n.func) in _PURE or isinstance(n.func, ast.Name) and
-                                                n.func.id in A.KERNEL_BUILTINS - {"range", "len"}):
-                return False
-            if isinstance(n, ast.Name) and not (n.id in facts.constants or n.id in constexprs or
-                                                n.id in facts.aliases or n.id in A.KERNEL_BUILTINS):
-                return False
-        return True
 
     for _ in range(3):  # names derived from the grid's size, a few assignments deep
         for n in ast.walk(fn):
@@ -315,14 +304,20 @@ def grid_special_cases(fn: ast.FunctionDef, facts: Facts, where: str) -> None:
     for n in ast.walk(fn):
         if isinstance(n, ast.Compare):
             parts = [n.left, *n.comparators]
+        elif isinstance(n, ast.BoolOp):
+            parts = list(n.values)
+        elif isinstance(n, (ast.If, ast.While, ast.IfExp, ast.Assert)):
+            parts = [n.test]
         elif isinstance(n, ast.BinOp) and isinstance(n.op, _STEP_OPS):
             parts = [n.left, n.right]
-        elif isinstance(n, ast.Call) and (facts.qual(n.func) in _CLAMPS or
+        elif isinstance(n, ast.UnaryOp) and isinstance(n.op, ast.Not):
+            parts = [n.operand]
+        elif isinstance(n, ast.Call) and (facts.qual(n.func) in _CLAMPS | {TL + "where"} or
                                           isinstance(n.func, ast.Name) and n.func.id in ("min", "max")):
-            parts = list(n.args)
+            parts = n.args[:1] if facts.qual(n.func) == TL + "where" else list(n.args)
         else:
             continue
-        if any(is_grid(a) for a in parts) and any(constant(b) and not is_grid(b) for b in parts):
+        if any(is_grid(a) for a in parts):
             facts.add("static.shape_special_case", n, f"{ast.unparse(n)[:60]} in {where}: the grid's size "
-                                                      "(tl.num_programs) against a constant switches behaviour by "
-                                                      "grid size; use it only for loop bounds and strides")
+                                                      "(tl.num_programs) in a decision switches behaviour by grid "
+                                                      "size; use it only for range() bounds and strides")

@@ -9,8 +9,12 @@ checked on both sides exactly, wherever it lies below max_rows.
 
 Collected: every int > 1 that is a constant operand of a comparison (<, <=, >, >=, ==, !=) anywhere in the file
 (launcher, kernels, heuristics lambdas), constant expressions there folded (`1 << 12`, `3 * 1024`), and names
-assigned such a constant anywhere in the file and then compared (`LIMIT = 3000 ... if M > LIMIT`). A threshold
-computed at run time from non-constants is left to the log-spaced sweep.
+assigned such a constant anywhere in the file and then compared (`LIMIT = 3000 ... if M > LIMIT`). A constant also
+reaches a name as an argument: a keyword (`kernel[grid](..., LIMIT=3000)`, `f(limit=3000)`), a positional argument
+of a function defined in the file (bound to its parameter by position: `kernel[grid](x, M, 3000)` binds the kernel's
+third parameter), a string-keyed dict entry (`triton.Config({"LIMIT": 3000})`) or a parameter's default; each such
+value is a threshold wherever that name is compared. A threshold computed at run time from non-constants is left to
+the log-spaced sweep.
 """
 from __future__ import annotations
 
@@ -63,6 +67,43 @@ def _constant_names(tree: ast.AST) -> dict[str, int]:
     return names
 
 
+def _bound_arguments(tree: ast.AST, names: dict[str, int]) -> dict[str, set[int]]:
+    """Constants that reach a name as an argument, a dict entry or a default (see the module docstring)."""
+    params = {f.name: [a.arg for a in f.args.posonlyargs + f.args.args] for f in ast.walk(tree)
+              if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    out: dict[str, set[int]] = {}
+
+    def bind(name: str, value: ast.AST) -> None:
+        v = _fold(value, names)
+        if v is not None:
+            out.setdefault(name, set()).add(v)
+
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Call):
+            for kw in n.keywords:
+                if kw.arg is not None:
+                    bind(kw.arg, kw.value)
+            callee = n.func.value if isinstance(n.func, ast.Subscript) else n.func  # kernel[grid](...) or f(...)
+            if isinstance(callee, ast.Name) and callee.id in params:
+                for pname, arg in zip(params[callee.id], n.args):
+                    bind(pname, arg)
+        elif isinstance(n, ast.Dict):
+            for k, v in zip(n.keys, n.values):
+                if isinstance(k, ast.Constant) and isinstance(k.value, str):
+                    bind(k.value, v)
+        elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            for name, d in _defaults(n.args):
+                bind(name, d)
+    return out
+
+
+def _defaults(a: ast.arguments) -> list[tuple[str, ast.AST]]:
+    """(parameter name, default expression) of a def or lambda."""
+    positional = a.posonlyargs + a.args
+    return [(arg.arg, d) for arg, d in zip(positional[len(positional) - len(a.defaults):], a.defaults)] + \
+        [(arg.arg, d) for arg, d in zip(a.kwonlyargs, a.kw_defaults) if d is not None]
+
+
 def extract(source: str | bytes) -> set[int]:
     """Every int > 1 a comparison in `source` is made against (see the module docstring); empty if it does not
     parse (the static stage has rejected it then)."""
@@ -71,6 +112,7 @@ def extract(source: str | bytes) -> set[int]:
     except (SyntaxError, ValueError):
         return set()
     names = _constant_names(tree)
+    bound = _bound_arguments(tree, names)
     out: set[int] = set()
     for c in ast.walk(tree):
         if not isinstance(c, ast.Compare):
@@ -80,6 +122,8 @@ def extract(source: str | bytes) -> set[int]:
                 v = _fold(n, names)
                 if v is not None and v > 1:
                     out.add(v)
+                if isinstance(n, ast.Name):  # a name some argument, dict entry or default binds to constants
+                    out |= {b for b in bound.get(n.id, ()) if b > 1}
     return out
 
 

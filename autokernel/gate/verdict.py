@@ -27,7 +27,8 @@ REASONS = {
                                "lambdas other than grids, with, while in the launcher, comprehensions, break",
     "static.precision": "a precision switch or a narrow float dtype named outside a comparison (tf32, fp16/bf16)",
     "static.fallback": "try/except or try/finally: a failure must surface, not fall back",
-    "static.shape_special_case": "a shape compared for equality with a literal (other than 0/1) outside an assert",
+    "static.shape_special_case": "a shape compared for equality with a literal (other than 0/1) outside an assert, "
+                                 "or the grid's size (tl.num_programs) in a decision",
     "runtime.exception": "the candidate raised (at import or in a call)",
     "runtime.bad_launcher": "the launcher is not a plain function defined in the candidate file",
     "runtime.no_triton_launch": "a checked call launched none of the candidate's own Triton kernels",

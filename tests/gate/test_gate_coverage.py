@@ -43,6 +43,27 @@ def launch(x):
     assert thresholds.extract("def f(:\n") == set()
 
 
+def test_thresholds_passed_as_arguments_are_read_where_the_parameter_is_compared():
+    """A constant reaches the comparison through a parameter: positional and keyword launch arguments, a Config
+    dict, a default. Only names that some comparison uses count (a block size passed along is no threshold)."""
+    src = '''
+@triton.jit
+def k(x, M, LO, HI: tl.constexpr, CAP: tl.constexpr, BLOCK: tl.constexpr):
+    if (M > LO) & (M < HI) | (M > CAP):
+        pass
+def helper(m, lim=900):
+    return m >= lim
+def launch(x):
+    k[(1,)](x, x.shape[0], 333, HI=337, CAP=CAP_ROWS, BLOCK=4096)
+CAP_ROWS = 2 * 700
+configs = [triton.Config({"LO": 1500})]
+'''
+    got = thresholds.extract(src)
+    assert {333, 337, 1400, 900, 1500} <= got and 4096 not in got
+    fx = next(f for f in COV if f.path.stem == "cov_threshold_kernel_arg")
+    assert {333, 337} <= thresholds.extract(fx.path.read_bytes())
+
+
 def test_threshold_rows_put_each_threshold_on_both_sides():
     rows = thresholds.rows({3000, 1728000}, {"M": 4, "N": 576}, "M", 8192)
     assert {2999, 3000, 3001} <= set(rows)  # T itself

@@ -547,15 +547,24 @@ def test_host_dtype_views_are_precision(body):
     "if tl.num_programs(0) > tl.cdiv(6400, LIMIT):\n    x = x * 0.5",
     "x = tl.where(tl.num_programs(1) != 1, x * 0.5, x)",
     "s = (tl.num_programs(0) >> 7) & 1\nx = x * s",
+    # the "other side" hides its constant in arithmetic on a run-time value: any decision on the grid size is out
+    "if tl.num_programs(0) > M * 0 + 300:\n    x = x * 0.5",
+    "big = tl.num_programs(0) - M * 0\nif big > (M >= 0) * 300:\n    x = x * 0.5",
+    "x = tl.where(tl.num_programs(0) - 300, x, x * 0.5)",
+    "x = x * 0.5 if tl.num_programs(0) > M // (M + 1) + 300 else x",
+    "n = tl.num_programs(0)\nx = x * (n // (M + 300))",
+    # a grid-derived offset in a comparison: rejected too (write the persistent loop as range(start, end, step))
+    "if pid < tl.num_programs(0) - 1:\n    x = x * 0.5",
+    "step = tl.num_programs(0) * BLOCK\nrows = pid * BLOCK + step + offs\nx = tl.where(rows < M, x, 0.0)",
 ])
-def test_grid_size_against_a_constant_is_a_shape_special_case(line):
+def test_grid_size_in_a_decision_is_a_shape_special_case(line):
     assert "static.shape_special_case" in reasons(_kernel_line(line)), find(_kernel_line(line), "rmsnorm")
 
 
 @pytest.mark.parametrize("line", [
     "for r in range(pid, M, tl.num_programs(0)):\n    x = x + r",
-    "if pid < tl.num_programs(0) - 1:\n    x = x * 0.5",
-    "step = tl.num_programs(0) * BLOCK\nrows = pid * BLOCK + step + offs\nx = tl.where(rows < M, x, 0.0)",
+    "for start in tl.range(pid * BLOCK, M, tl.num_programs(0) * BLOCK):\n    x = tl.where(start + offs < M, x, 0.0)",
+    "n = tl.num_programs(0)\nfor r in range(pid, M, n):\n    x = x + r * n",
     "if pid > 100:\n    x = x * 0.5",  # program-id thresholds: the numeric stage's sweep (grid_special_cases)
 ])
 def test_grid_size_as_a_stride_is_legitimate(line):
@@ -569,6 +578,7 @@ def test_grid_size_as_a_stride_is_legitimate(line):
     ("precision_host_int_view", "static_kinds.host_view_dtype"),
     ("grid_num_programs_threshold", "static_kernel.grid_special_cases"),
     ("grid_num_programs_window", "static_kernel.grid_special_cases"),
+    ("grid_num_programs_arith", "static_kernel.grid_special_cases"),
 ])
 def test_each_rule_is_what_rejects_its_fixtures(monkeypatch, stem, rule):
     """Defence removed, the fixture passes the static stage: the rule, not some other finding, stops it."""
