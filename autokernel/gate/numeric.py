@@ -14,8 +14,11 @@ cases' calls in a secret order, with the grid's programs run in ascending, desce
 """
 from __future__ import annotations
 
+import queue
 import random
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -140,16 +143,20 @@ class _Runner:
         self.seed, self.poison, self.sandbox_run, self.bitwise = seed, poison_bits(seed), sandbox_run, bitwise
         self.worst: dict[str, float] = {}
         self.calls = self.launches = self.cases = self.jobs = 0
-        self.sandbox_s = self.candidate_s = 0.0
+        self.sandbox_s = self.candidate_s = self.parent_s = 0.0
+        self.lock = threading.Lock()
         self.isolation = ""
         self.call_s: dict[str, float] = {}  # measured seconds per call, by shape (sizes the next chunks, e2e budget)
         self.shape_of: dict[str, dict] = {}
 
-    def chunk(self, chunk: list[Case], est_s: float = 0.0) -> None:
+    def chunk(self, chunk: list[Case], est_s: float = 0.0, job: int | None = None) -> None:
+        """One sandbox job for `chunk`, judged here. job: its number (the interleaving's seed), assigned in plan
+        order by the caller when jobs run in parallel."""
         from autokernel.gate import child  # the sandbox entry: not imported by the parent before it is needed
+        if job is None:
+            job = self.jobs
         calls = [c.payload() for c in schedule.interleave([schedule.CaseCalls(c.id, c.steps) for c in chunk],
-                                                          self.seed, self.jobs)]
-        self.jobs += 1
+                                                          self.seed, job)]
         # Inputs go into the job's fresh read-only input directory; outputs come back in the result (the sandbox
         # contract): nothing the candidate could write is read here.
         inputs: dict = {self.candidate.name: self.candidate.read_bytes()}
@@ -162,6 +169,15 @@ class _Runner:
                                            "poison": self.poison, "cases": files, "calls": calls}
         res = self.sandbox_run(child.numeric, payload, self.job_dir, self.limits_for(est_s),
                                inputs=inputs)
+        with self.lock:  # parallel jobs (run_chunks) are judged one at a time
+            t = time.perf_counter()
+            try:
+                self._judge_job(res, chunk, calls, child.ALLOWED_OPS)
+            finally:
+                self.parent_s += time.perf_counter() - t
+
+    def _judge_job(self, res, chunk: list[Case], calls: list[dict], allowed) -> None:
+        self.jobs += 1
         self.sandbox_s += res.wall_s
         self.isolation = res.isolation
         if not res.ok:
@@ -173,7 +189,7 @@ class _Runner:
         except judge.Reject as r:
             raise _Stop(StageResult.fail("runtime", r.reason, r.detail, isolation=self.isolation), None) from None
         self._tally(recs, calls, by_id)
-        numeric_failure = self._judge(chunk, calls, recs, child.ALLOWED_OPS)
+        numeric_failure = self._judge(chunk, calls, recs, allowed)
         failure = _child_failure(res.data.get("failure"), by_id)
         if failure is None and numeric_failure is None and len(recs) < len(calls):
             failure = ("runtime.incomplete", f"the job returned {len(recs)} of the {len(calls)} calls asked for, and "
@@ -234,6 +250,14 @@ class _Runner:
             per_call = per_call_model(self.spec, {k: (self.shape_of[k], t) for k, t in self.call_s.items()})(c.shape)
         return (per_call or 0.0) * len(c.steps)
 
+    def estimate_planned(self, planned_case) -> float:
+        """estimate_s for a planned case before its inputs are made (its calls: the schedule's expected number)."""
+        shape, calls = planned_case[0], planned_case[3]
+        per_call = self.call_s.get(json_shape(shape))
+        if per_call is None and self.call_s:
+            per_call = per_call_model(self.spec, {k: (self.shape_of[k], t) for k, t in self.call_s.items()})(shape)
+        return (per_call or 0.0) * (4.5 if calls == schedule.FULL else 1.25)
+
     def limits_for(self, est_s: float):
         """The job's limits: the policy's, with the wall and CPU clocks stretched for one case that alone needs
         more than the chunk budget (a slow but legitimate candidate under the interpreter is not a timeout)."""
@@ -261,6 +285,10 @@ def per_call_model(spec: OpSpec, measured: dict[str, tuple[dict, float]]):
     return lambda shape: a + b * schedule.cost(spec, shape)
 
 
+PARALLEL_MIN_S = 10.0  # estimated candidate seconds past the smoke jobs below which one job does the rest: a
+# second job's start-up (torch and Triton imported, ~2 s on 2 cores) would cost more than it saves
+
+
 def run(spec: OpSpec, candidate: Path, job_dir: Path, limits, seed: int, planned,
         sandbox_run=None, bitwise: bool = True) -> tuple[StageResult, StageResult | None]:
     """Runtime and numeric stages. `candidate` is the gate's copy of the file, named <op>.py; the child imports it
@@ -270,6 +298,8 @@ def run(spec: OpSpec, candidate: Path, job_dir: Path, limits, seed: int, planned
     Inputs are made chunk by chunk (a 49152 x 576 weight is 113 MB per case): the first case alone (it measures the
     candidate's speed), the other smoke cases, then the rest, in chunks bounded by CHUNK_BYTES of inputs and by
     CHUNK_TIME_FRACTION of the sandbox's timeout, as estimated from the time measured per call (Runner.estimate_s).
+    The rest runs on every sandbox slot at once (one per core, or per GPU; run_chunks), each chunk a fresh job;
+    failures are reported in plan order, whichever job finished first.
     """
     if sandbox_run is None:
         from autokernel.sandbox import run as sandbox_run
@@ -278,28 +308,9 @@ def run(spec: OpSpec, candidate: Path, job_dir: Path, limits, seed: int, planned
         return StageResult.ok("runtime", "nothing to run"), StageResult.fail("numeric", "numeric.no_cases",
                                                                              "no shape of the op could be checked")
     runner = _Runner(spec, candidate, job_dir, limits, seed, sandbox_run, bitwise and spec.deterministic)
-    first = planned[0][1:3]
-    n_smoke = next((i for i, p in enumerate(planned) if p[1:3] != first or p[3] != schedule.FULL), len(planned))
-    budget_s = CHUNK_TIME_FRACTION * float(getattr(limits, "timeout_s", 300.0))
     skipped: dict[str, str] = {}
     try:
-        chunk: list[Case] = []
-        size = est = 0.0
-        for i, p in enumerate(planned):
-            try:
-                c = make_case(spec, i, p, seed)
-            except Exception as e:  # the trusted generator refuses a shape (the heuristic larger one, say)
-                skipped.setdefault(json_shape(p[0]), f"{type(e).__name__}: {e}"[:120])
-                continue
-            n, t = _nbytes(c.a) + _nbytes(c.b) + _nbytes(c.t), runner.estimate_s(c)
-            if chunk and (i in (1, n_smoke) or size + n > CHUNK_BYTES or est + t > budget_s):
-                runner.chunk(chunk, est)
-                chunk, size, est = [], 0.0, 0.0
-                t = runner.estimate_s(c)
-            chunk.append(c)
-            size, est = size + n, est + t
-        if chunk:
-            runner.chunk(chunk, est)
+        run_chunks(runner, _chunked(runner, planned, skipped, len(_lanes(limits))), _lanes(limits))
     except _Stop as stop:
         return _split_time(runner, t0, stop.runtime, stop.numeric)
     if not runner.cases:
@@ -318,12 +329,109 @@ def run(spec: OpSpec, candidate: Path, job_dir: Path, limits, seed: int, planned
     return _split_time(runner, t0, runner.runtime_ok(), numeric)
 
 
+def _lanes(limits) -> list:
+    """The slots (autokernel.sandbox.slots) the chunks past the smoke jobs run on at once: one per core, or per GPU;
+    none (one job at a time) when this thread is already pinned to a slot (a gate among parallel agent workers,
+    autokernel/agent/workers.py, already has its share of the machine)."""
+    from autokernel.sandbox.slots import default_slots, pinned_env
+    if pinned_env() or not hasattr(limits, "slots"):
+        return []
+    slots = default_slots(limits)
+    return slots if len(slots) > 1 else []
+
+
+def _chunked(runner: _Runner, planned, skipped: dict[str, str], lanes: int):
+    """(chunk of cases, estimated seconds, phase, parallel) in plan order, inputs made as each chunk is asked for.
+    Phase 0 is the first case alone (it measures the candidate's speed), phase 1 the other smoke cases (most wrong
+    candidates are turned away there, before the rest's inputs are made), phase 2 the rest. Chunks hold at most
+    CHUNK_BYTES of inputs and a time budget; a phase estimated at PARALLEL_MIN_S or more is split `lanes` ways.
+    The consumer (run_chunks) finishes a phase before asking for the next one's first chunk, so each phase's
+    estimates use every measurement made before it."""
+    spec, seed = runner.spec, runner.seed
+    first = planned[0][1:3]
+    n_smoke = next((i for i, p in enumerate(planned) if p[1:3] != first or p[3] != schedule.FULL), len(planned))
+    bounds = [(0, 1), (1, n_smoke), (n_smoke, len(planned))]
+    cap_s = CHUNK_TIME_FRACTION * float(getattr(runner.limits, "timeout_s", 300.0))
+    for phase, (lo, hi) in enumerate(bounds):
+        if lo >= hi:
+            continue
+        rest = sum(runner.estimate_planned(q) for q in planned[lo:hi])
+        parallel = lanes > 1 and rest >= PARALLEL_MIN_S
+        budget_s = min(cap_s, rest / lanes) if parallel else cap_s
+        chunk: list[Case] = []
+        size = est = 0.0
+        for i in range(lo, hi):
+            t0 = time.perf_counter()
+            try:
+                c = make_case(spec, i, planned[i], seed)
+            except Exception as e:  # the trusted generator refuses a shape (the heuristic larger one, say)
+                skipped.setdefault(json_shape(planned[i][0]), f"{type(e).__name__}: {e}"[:120])
+                continue
+            finally:
+                with runner.lock:
+                    runner.parent_s += time.perf_counter() - t0
+            n, t = _nbytes(c.a) + _nbytes(c.b) + _nbytes(c.t), runner.estimate_s(c)
+            if chunk and (size + n > CHUNK_BYTES or est + t > budget_s):
+                yield chunk, est, phase, parallel
+                chunk, size, est = [], 0.0, 0.0
+            chunk.append(c)
+            size, est = size + n, est + t
+        if chunk:
+            yield chunk, est, phase, parallel
+
+
+def run_chunks(runner: _Runner, chunks, slots: list) -> None:
+    """Run each (chunk, estimate, phase, parallel) of `chunks`: in this thread, or on the slots when parallel, at
+    most one job per slot (so at most len(slots) chunks' inputs in memory); every job of a phase is judged before
+    the next phase starts. Once a job fails no further chunk starts; the failure earliest in plan order is raised
+    (_Stop)."""
+    from autokernel.sandbox.slots import pinned
+    free: queue.Queue = queue.Queue()
+    for s in slots:
+        free.put(s)
+    failures: dict[int, _Stop] = {}
+
+    def lane(chunk: list[Case], est: float, job: int, slot) -> None:
+        try:
+            with pinned(slot):
+                runner.chunk(chunk, est, job)
+        except _Stop as stop:
+            failures[job] = stop
+        finally:
+            free.put(slot)
+
+    with ThreadPoolExecutor(max_workers=max(len(slots), 1)) as pool:
+        futures: list = []
+        current = None
+        for job, (chunk, est, phase, parallel) in enumerate(chunks):
+            if phase != current:  # a phase's jobs all judged before the next one's start
+                for f in futures:
+                    f.result()
+                futures, current = [], phase
+            if failures:
+                break
+            if not (parallel and slots):
+                runner.chunk(chunk, est, job)
+                continue
+            slot = free.get()
+            if failures:
+                free.put(slot)
+                break
+            futures.append(pool.submit(lane, chunk, est, job, slot))
+        for f in futures:
+            f.result()
+    if failures:
+        raise failures[min(failures)]
+
+
 def _split_time(runner: _Runner, t0: float, runtime: StageResult, numeric: StageResult | None):
-    """The two stages share one run: runtime's time is the sandbox's (the candidate's calls and each job's start),
-    numeric's the parent's (making inputs, references and judging every output)."""
-    runtime.elapsed_s = round(runner.sandbox_s, 3)
+    """The two stages share one run: numeric's time is the parent's own work (making inputs, references and judging
+    every output), runtime's the rest of the wall clock (the sandbox jobs, and their start-up). Jobs on several slots
+    overlap each other and the parent's work: metrics sandbox_s sums their wall clocks."""
+    wall = time.perf_counter() - t0
+    runtime.elapsed_s = round(max(wall - runner.parent_s, 0.0), 3)
     if numeric is not None:
-        numeric.elapsed_s = round(max(time.perf_counter() - t0 - runner.sandbox_s, 0.0), 3)
+        numeric.elapsed_s = round(min(runner.parent_s, wall), 3)
     return runtime, numeric
 
 

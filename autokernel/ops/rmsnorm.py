@@ -29,7 +29,7 @@ SPEC = OpSpec(
     flops=lambda s: 4 * s["M"] * s["N"],
     bytes_moved=lambda s, dt: (2 * s["M"] * s["N"] + s["N"]) * elem_size(dt),
     model_shapes=row_shapes(HIDDEN),
-    odd_shapes=({"M": 3, "N": 431}, {"M": 1, "N": 6}, {"M": 123, "N": 1823}),
+    odd_shapes=({"M": 3, "N": 431}, {"M": 1, "N": 6}, {"M": 37, "N": 1823}),
     doc="Root-mean-square normalisation of each row of x (..., N), then an elementwise scale by weight (N,). "
         "Accumulate in float32; the output has x's dtype.",
 )

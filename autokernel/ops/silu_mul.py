@@ -27,7 +27,7 @@ SPEC = OpSpec(
     flops=lambda s: 5 * s["M"] * s["N"],  # neg, exp, add, div, mul
     bytes_moved=lambda s, dt: 3 * s["M"] * s["N"] * elem_size(dt),
     model_shapes=row_shapes(FFN),
-    odd_shapes=({"M": 3, "N": 431}, {"M": 1, "N": 6}, {"M": 123, "N": 1823}),
+    odd_shapes=({"M": 3, "N": 431}, {"M": 1, "N": 6}, {"M": 37, "N": 1823}),
     doc="SwiGLU gating: out = silu(gate) * up = gate / (1 + exp(-gate)) * up, elementwise over gate and up "
         "(..., N) of the same shape and dtype. Compute in float32; the output has the inputs' dtype.",
 )

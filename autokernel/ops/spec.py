@@ -24,7 +24,10 @@ class OpSpec:
     flops: Callable[[Shape], int]
     bytes_moved: Callable[[Shape, torch.dtype], int]
     model_shapes: tuple[Shape, ...]  # SmolLM2-135M prefill and decode shapes
-    odd_shapes: tuple[Shape, ...]  # non-power-of-2, not block multiples, size 1
+    # Non-power-of-2, not block multiples, size 1. Checked in every dtype and distribution, with the full call
+    # schedule, so each costs many interpreter calls: rows a prime just past 32 (37: whole row blocks up to 32 and a
+    # tail) rather than more; more rows are the leading-dimension sweep's job (autokernel/gate/schedule.py).
+    odd_shapes: tuple[Shape, ...]
     dtypes: tuple[torch.dtype, ...] = (torch.float32, torch.float16, torch.bfloat16)
     deterministic: bool = True
     doc: str = ""  # what the op computes, in words, for people and for the agent's prompt

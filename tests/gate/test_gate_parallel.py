@@ -1,0 +1,76 @@
+"""The numeric stage's chunks past the smoke jobs run on every sandbox slot at once (autokernel/gate/numeric.py,
+run_chunks): the scheduler's promises, with a stand-in for the sandboxed job (no sandbox needed)."""
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from autokernel.gate import numeric
+from autokernel.gate.verdict import StageResult
+from autokernel.policy import Policy
+from autokernel.sandbox.slots import Slot, pinned
+
+SLOTS = [Slot(0, {"OMP_NUM_THREADS": "1"}), Slot(1, {"OMP_NUM_THREADS": "1"})]
+
+
+class FakeRunner:
+    """runner.chunk(chunk, est, job): sleeps, records when each job ran and what else ran with it; fails `fail`."""
+
+    def __init__(self, fail=(), sleep=0.05):
+        self.fail, self.sleep = set(fail), sleep
+        self.lock = threading.Lock()
+        self.running: set[int] = set()
+        self.log: list[tuple[int, frozenset]] = []  # (job, jobs running at its start)
+        self.spans: dict[int, tuple[float, float]] = {}
+
+    def chunk(self, chunk, est, job):
+        with self.lock:
+            self.log.append((job, frozenset(self.running)))
+            self.running.add(job)
+        t = time.perf_counter()
+        time.sleep(self.sleep * (3 if job in self.fail and job > 3 else 1))
+        with self.lock:
+            self.running.discard(job)
+            self.spans[job] = (t, time.perf_counter())
+        if job in self.fail:
+            raise numeric._Stop(StageResult.fail("runtime", "runtime.exception", f"job {job}"), None)
+
+
+def chunks(phases):
+    """phases: [(n chunks, parallel)] -> the generator's tuples."""
+    return [([f"c{p}{k}"], 1.0, p, par) for p, (n, par) in enumerate(phases) for k in range(n)]
+
+
+def test_parallel_chunks_overlap_and_a_phase_ends_before_the_next_starts():
+    r = FakeRunner()
+    numeric.run_chunks(r, chunks([(1, False), (2, True), (4, True)]), SLOTS)
+    assert sorted(j for j, _ in r.log) == list(range(7))
+    assert any(others for _, others in r.log)  # two jobs ran at once
+    assert all(len(others) <= 1 for _, others in r.log)  # never more than one per slot
+    smoke_end = max(r.spans[j][1] for j in (1, 2))
+    assert all(r.spans[j][0] >= smoke_end for j in range(3, 7))  # the rest waited for the smoke phase
+    assert all(r.spans[j][0] >= r.spans[0][1] for j in range(1, 7))  # and everything for the first case
+
+
+def test_the_failure_earliest_in_plan_order_is_raised_and_nothing_starts_after_it():
+    r = FakeRunner(fail={4, 3})  # job 4 fails first in time (job 3 sleeps 3x): job 3's failure is reported
+    with pytest.raises(numeric._Stop) as e:
+        numeric.run_chunks(r, chunks([(1, False), (1, False), (8, True)]), SLOTS)
+    assert e.value.runtime.detail == "job 3"
+    assert max(j for j, _ in r.log) < 9  # no chunk started after the failures were seen
+
+
+def test_serial_without_slots():
+    r = FakeRunner()
+    numeric.run_chunks(r, chunks([(1, False), (3, True)]), [])
+    assert all(not others for _, others in r.log)
+
+
+def test_a_gate_pinned_to_a_slot_does_not_fan_out():
+    """A gate run by one of several agent workers (autokernel/agent/workers.py) already has its slot."""
+    limits = Policy().sandbox.model_copy(update={"slots": 2})
+    assert len(numeric._lanes(limits)) == 2
+    with pinned(SLOTS[0]):
+        assert numeric._lanes(limits) == []
