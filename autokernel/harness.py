@@ -79,6 +79,8 @@ class NumericPayload(TypedDict):
     poison: dict[str, int]  # dtype name -> the bits of the poison NaN
     cases: dict[str, dict[str, str]]  # case id -> {values: input file name}
     calls: list[CallSpec]
+    soft_s: float  # 0: make every call; else start no call once this many seconds of calls have run (the parent
+    # judges the cases whose calls all came back and runs the rest in later jobs)
 
 
 class CallRecord(TypedDict):
@@ -94,6 +96,7 @@ class NumericReport(TypedDict, total=False):
     calls: list[CallRecord]
     ops: dict[str, int]
     candidate_s: float
+    stopped: bool  # the soft deadline stopped the calls (the parent counts what came back, not this)
 
 
 class BenchPayload(TypedDict):

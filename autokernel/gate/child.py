@@ -316,7 +316,7 @@ def numeric(payload: NumericPayload, inputs) -> NumericReport:
         before = harness.Snapshot(module_name, STRICT)
         launcher, after_import = _load(op, job / payload["candidate"], guard, before)
         t0 = _perf()
-        _run_calls(launcher, payload, job, guard, hook, report["calls"])
+        report["stopped"] = _run_calls(launcher, payload, job, guard, hook, report["calls"])
         report["candidate_s"] = _perf() - t0
         changed = after_import.diff(after_import.again())
         if changed:
@@ -345,11 +345,20 @@ def _load(op: str, path: Path, guard: Guard, before: harness.Snapshot):
 
 
 def _run_calls(launcher, payload: NumericPayload, job: Path, guard: Guard, hook: LaunchHook,
-               records: list[CallRecord]) -> None:
-    """Make the parent's calls in its order, a record per call; a Reject names the case of the call that raised it."""
+               records: list[CallRecord]) -> bool:
+    """Make the parent's calls in its order, a record per call; a Reject names the case of the call that raised it.
+    True if the payload's soft deadline stopped them before the last: past soft_s seconds of calls, once at least
+    one case has had all its calls (so every job makes progress)."""
     state: dict[str, _CaseState] = {}
     kept: list[torch.Tensor] = []  # recent outputs stay alive: a later call may not hand their storage out again
+    soft_s, t0 = float(payload.get("soft_s") or 0.0), _perf()
+    left: dict[str, int] = {}
     for call in payload["calls"]:
+        left[call["case"]] = left.get(call["case"], 0) + 1
+    whole = 0
+    for call in payload["calls"]:
+        if soft_s and whole and _perf() - t0 > soft_s:
+            return True
         cid = call["case"]
         st = state.get(cid) or state.setdefault(cid, _CaseState(job, payload["cases"][cid]))
         try:
@@ -359,6 +368,9 @@ def _run_calls(launcher, payload: NumericPayload, job: Path, guard: Guard, hook:
             raise
         kept = (kept + outs)[-KEEP_OUTPUTS:]
         records.append(record)
+        left[cid] -= 1
+        whole += left[cid] == 0
+    return False
 
 
 def _one_call(launcher, args: dict, call: CallSpec, guard: Guard, hook: LaunchHook,

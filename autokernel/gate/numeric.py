@@ -145,18 +145,27 @@ class _Runner:
         self.calls = self.launches = self.cases = self.jobs = 0
         self.sandbox_s = self.candidate_s = self.parent_s = 0.0
         self.lock = threading.Lock()
+        self.leftover: list[Case] = []  # cases a soft deadline left undone (run_chunks), for the next phase
         self.isolation = ""
         self.call_s: dict[str, float] = {}  # measured seconds per call, by shape (sizes the next chunks, e2e budget)
         self.shape_of: dict[str, dict] = {}
 
-    def chunk(self, chunk: list[Case], est_s: float = 0.0, job: int | None = None) -> None:
-        """One sandbox job for `chunk`, judged here. job: its number (the interleaving's seed), assigned in plan
-        order by the caller when jobs run in parallel."""
+    def chunk(self, chunk: list[Case], est_s: float = 0.0, job: int | None = None, soft_s: float = 0.0,
+              groups: tuple[int, ...] = ()) -> list[Case]:
+        """One sandbox job for `chunk`, judged here; returns the cases a soft deadline left undone (for a later job).
+        job: its number (the interleaving's seed), assigned in plan order by the caller when jobs run in parallel.
+        soft_s: the child starts no call past this many seconds of calls (0: none). groups: the chunk's first cases
+        in groups of these sizes, each group's calls made before the next group's (the rest last)."""
         from autokernel.gate import child  # the sandbox entry: not imported by the parent before it is needed
         if job is None:
             job = self.jobs
-        calls = [c.payload() for c in schedule.interleave([schedule.CaseCalls(c.id, c.steps) for c in chunk],
-                                                          self.seed, job)]
+        calls: list[dict] = []
+        lo = 0
+        for g, hi in enumerate([*(sum(groups[:k + 1]) for k in range(len(groups))), len(chunk)]):
+            part = [schedule.CaseCalls(c.id, c.steps) for c in chunk[lo:hi]]
+            calls += [c.payload() for c in schedule.interleave(part, self.seed, job if g == 0 else f"{job}.{g}",
+                                                               start=len(calls))]
+            lo = hi
         # Inputs go into the job's fresh read-only input directory; outputs come back in the result (the sandbox
         # contract): nothing the candidate could write is read here.
         inputs: dict = {self.candidate.name: self.candidate.read_bytes()}
@@ -166,17 +175,20 @@ class _Runner:
                 inputs[f"{c.id}.{v}.pt"] = getattr(c, v)
                 files.setdefault(c.id, {})[v] = f"{c.id}.{v}.pt"
         payload: harness.NumericPayload = {"op": self.spec.name, "candidate": self.candidate.name,
-                                           "poison": self.poison, "cases": files, "calls": calls}
+                                           "poison": self.poison, "cases": files, "calls": calls, "soft_s": soft_s}
         res = self.sandbox_run(child.numeric, payload, self.job_dir, self.limits_for(est_s),
                                inputs=inputs)
         with self.lock:  # parallel jobs (run_chunks) are judged one at a time
             t = time.perf_counter()
             try:
-                self._judge_job(res, chunk, calls, child.ALLOWED_OPS)
+                return self._judge_job(res, chunk, calls, child.ALLOWED_OPS, soft=soft_s > 0)
             finally:
                 self.parent_s += time.perf_counter() - t
 
-    def _judge_job(self, res, chunk: list[Case], calls: list[dict], allowed) -> None:
+    def _judge_job(self, res, chunk: list[Case], calls: list[dict], allowed, soft: bool = False) -> list[Case]:
+        """Judge what came back; the cases left undone when a soft deadline stopped the job after at least one whole
+        case (what the parent counts: the child's word on why it stopped is not needed). Fewer calls than asked for
+        otherwise, or no whole case, is runtime.incomplete."""
         self.jobs += 1
         self.sandbox_s += res.wall_s
         self.isolation = res.isolation
@@ -189,8 +201,11 @@ class _Runner:
         except judge.Reject as r:
             raise _Stop(StageResult.fail("runtime", r.reason, r.detail, isolation=self.isolation), None) from None
         self._tally(recs, calls, by_id)
-        numeric_failure = self._judge(chunk, calls, recs, allowed)
+        numeric_failure = self._judge(chunk, calls, recs, allowed, soft)
         failure = _child_failure(res.data.get("failure"), by_id)
+        undone = [c for c in chunk if any(call["id"] not in recs for call in calls if call["case"] == c.id)]
+        if soft and failure is None and numeric_failure is None and undone and len(undone) < len(chunk):
+            return undone
         if failure is None and numeric_failure is None and len(recs) < len(calls):
             failure = ("runtime.incomplete", f"the job returned {len(recs)} of the {len(calls)} calls asked for, and "
                                              "no failure")
@@ -203,6 +218,7 @@ class _Runner:
         if numeric_failure:
             raise _Stop(self.runtime_ok(), StageResult.fail("numeric", *numeric_failure,
                                                             worst_error_ratio=self.rounded_worst()))
+        return []
 
     def _tally(self, recs: dict[str, dict], calls: list[dict], by_id: dict[str, Case]) -> None:
         for call in calls:
@@ -217,12 +233,16 @@ class _Runner:
             self.call_s[key] = max(self.call_s.get(key, 0.0), s)
             self.shape_of[key] = by_id[call["case"]].shape
 
-    def _judge(self, chunk: list[Case], calls: list[dict], recs: dict[str, dict], allowed) -> tuple[str, str] | None:
-        """Judge the cases whose calls all came back, in case order: a wrong early answer outranks a later crash.
-        A runtime failure the parent finds here stops at once (_Stop); a numeric one is returned."""
+    def _judge(self, chunk: list[Case], calls: list[dict], recs: dict[str, dict], allowed,
+               soft: bool = False) -> tuple[str, str] | None:
+        """Judge the cases whose calls all came back, in case order: a wrong early answer outranks a later crash
+        (after a soft deadline, every whole case). A runtime failure the parent finds here stops at once (_Stop); a
+        numeric one is returned."""
         for c in chunk:
             mine = [call for call in calls if call["case"] == c.id]
             if any(call["id"] not in recs for call in mine):
+                if soft:
+                    continue
                 return None
             outs = {}
             try:
@@ -285,8 +305,10 @@ def per_call_model(spec: OpSpec, measured: dict[str, tuple[dict, float]]):
     return lambda shape: a + b * schedule.cost(spec, shape)
 
 
-PARALLEL_MIN_S = 10.0  # estimated candidate seconds past the smoke jobs below which one job does the rest: a
-# second job's start-up (torch and Triton imported, ~2 s on 2 cores) would cost more than it saves
+PARALLEL_MIN_S = 10.0  # estimated candidate seconds left after the first job below which one job does the rest: a
+# second job's start-up (torch and Triton imported, ~2.5 s on 2 cores) would cost more than it saves
+FIRST_JOB_SOFT_S = 20.0  # the first job starts no call past this many seconds of calls (once one case is whole): a
+# bound on what a wrong candidate costs before the parent's first judgement, and the serial part of a long plan
 
 
 def run(spec: OpSpec, candidate: Path, job_dir: Path, limits, seed: int, planned,
@@ -295,11 +317,11 @@ def run(spec: OpSpec, candidate: Path, job_dir: Path, limits, seed: int, planned
     from the job's input directory. Returns the runtime result and, if runtime passed, the numeric one. `bitwise`:
     policy gate.require_bitwise_determinism.
 
-    Inputs are made chunk by chunk (a 49152 x 576 weight is 113 MB per case): the first case alone (it measures the
-    candidate's speed), the other smoke cases, then the rest, in chunks bounded by CHUNK_BYTES of inputs and by
-    CHUNK_TIME_FRACTION of the sandbox's timeout, as estimated from the time measured per call (Runner.estimate_s).
-    The rest runs on every sandbox slot at once (one per core, or per GPU; run_chunks), each chunk a fresh job;
-    failures are reported in plan order, whichever job finished first.
+    Inputs are made chunk by chunk (a 49152 x 576 weight is 113 MB per case, CHUNK_BYTES a job). The first job has a
+    soft deadline: the first case, the other smoke cases, then the rest, for FIRST_JOB_SOFT_S seconds of calls; what
+    it leaves runs after it in chunks sized by the speed it measured, on every sandbox slot at once (one per core, or
+    per GPU; _chunked, run_chunks), each chunk a fresh job; failures are reported in plan order, whichever job
+    finished first.
     """
     if sandbox_run is None:
         from autokernel.sandbox import run as sandbox_run
@@ -340,61 +362,87 @@ def _lanes(limits) -> list:
     return slots if len(slots) > 1 else []
 
 
+@dataclass
+class Chunk:
+    """One sandbox job's cases, as _chunked plans it and run_chunks runs it."""
+    cases: list[Case]
+    est_s: float  # estimated seconds of calls (sizes the job's limits)
+    phase: int  # a phase's jobs are all judged before the next phase's first one starts
+    parallel: bool  # may run on a slot alongside the phase's other jobs
+    soft_s: float = 0.0  # the child starts no call past this (Runner.chunk); the cases left go to the next phase
+    groups: tuple[int, ...] = ()  # Runner.chunk: the first cases' calls made group by group, before the rest's
+
+
+def _made(runner: _Runner, planned, skipped: dict[str, str], start: int):
+    """(index, Case) for planned[start:], inputs made as each is asked for; a shape the trusted generator refuses (the
+    heuristic larger one, say) is noted in `skipped`."""
+    for i in range(start, len(planned)):
+        t0 = time.perf_counter()
+        try:
+            yield i, make_case(runner.spec, i, planned[i], runner.seed)
+        except Exception as e:  # noqa: BLE001 -- any refusal of the generator is a skipped shape, not a verdict
+            skipped.setdefault(json_shape(planned[i][0]), f"{type(e).__name__}: {e}"[:120])
+        finally:
+            with runner.lock:
+                runner.parent_s += time.perf_counter() - t0
+
+
 def _chunked(runner: _Runner, planned, skipped: dict[str, str], lanes: int):
-    """(chunk of cases, estimated seconds, phase, parallel) in plan order, inputs made as each chunk is asked for.
-    Phase 0 is the first case alone (it measures the candidate's speed), phase 1 the other smoke cases (most wrong
-    candidates are turned away there, before the rest's inputs are made), phase 2 the rest. Chunks hold at most
-    CHUNK_BYTES of inputs and a time budget; a phase estimated at PARALLEL_MIN_S or more is split `lanes` ways.
-    The consumer (run_chunks) finishes a phase before asking for the next one's first chunk, so each phase's
-    estimates use every measurement made before it."""
-    spec, seed = runner.spec, runner.seed
-    first = planned[0][1:3]
-    n_smoke = next((i for i, p in enumerate(planned) if p[1:3] != first or p[3] != schedule.FULL), len(planned))
-    bounds = [(0, 1), (1, n_smoke), (n_smoke, len(planned))]
+    """The jobs of a run, in plan order. Phase 0 is one job with a soft deadline (FIRST_JOB_SOFT_S): the first case's
+    calls, then the other smoke cases', then the rest's, as far as CHUNK_BYTES of inputs goes; most wrong candidates
+    are turned away there, most small plans end there, and it measures the candidate's speed. Phase 1 is what it
+    left (runner.leftover) and the rest, in chunks of at most CHUNK_BYTES and a time budget estimated from those
+    measurements, split `lanes` ways when worth it (PARALLEL_MIN_S). run_chunks finishes phase 0 before asking for
+    phase 1."""
+    first_smoke = planned[0][1:3]
+    n_smoke = next((i for i, p in enumerate(planned) if p[1:3] != first_smoke or p[3] != schedule.FULL), len(planned))
+    made = _made(runner, planned, skipped, 0)
+    first: list[tuple[int, Case]] = []
+    size, pending = 0, None
+    for i, c in made:
+        n = _nbytes(c.a) + _nbytes(c.b) + _nbytes(c.t)
+        if first and size + n > CHUNK_BYTES:
+            pending = (i, c)
+            break
+        first.append((i, c))
+        size += n
+    if first:
+        smoke = sum(1 for i, _ in first if i < n_smoke)
+        yield Chunk([c for _, c in first], 0.0, 0, False, FIRST_JOB_SOFT_S, (1, smoke - 1) if smoke > 1 else (1,))
+    todo = [c for c in runner.leftover] + ([pending[1]] if pending else [])
+    later = (planned[pending[0] + 1:] if pending else [])
+    rest_s = sum(map(runner.estimate_s, todo)) + sum(map(runner.estimate_planned, later))
+    parallel = lanes > 1 and rest_s >= PARALLEL_MIN_S
     cap_s = CHUNK_TIME_FRACTION * float(getattr(runner.limits, "timeout_s", 300.0))
-    for phase, (lo, hi) in enumerate(bounds):
-        if lo >= hi:
-            continue
-        rest = sum(runner.estimate_planned(q) for q in planned[lo:hi])
-        parallel = lanes > 1 and rest >= PARALLEL_MIN_S
-        budget_s = min(cap_s, rest / lanes) if parallel else cap_s
-        chunk: list[Case] = []
-        size = est = 0.0
-        for i in range(lo, hi):
-            t0 = time.perf_counter()
-            try:
-                c = make_case(spec, i, planned[i], seed)
-            except Exception as e:  # the trusted generator refuses a shape (the heuristic larger one, say)
-                skipped.setdefault(json_shape(planned[i][0]), f"{type(e).__name__}: {e}"[:120])
-                continue
-            finally:
-                with runner.lock:
-                    runner.parent_s += time.perf_counter() - t0
-            n, t = _nbytes(c.a) + _nbytes(c.b) + _nbytes(c.t), runner.estimate_s(c)
-            if chunk and (size + n > CHUNK_BYTES or est + t > budget_s):
-                yield chunk, est, phase, parallel
-                chunk, size, est = [], 0.0, 0.0
-            chunk.append(c)
-            size, est = size + n, est + t
-        if chunk:
-            yield chunk, est, phase, parallel
+    budget_s = min(cap_s, rest_s / lanes) if parallel else cap_s
+    chunk: list[Case] = []
+    size = est = 0.0
+    for c in [*todo, *(c for _, c in made)]:
+        n, t = _nbytes(c.a) + _nbytes(c.b) + _nbytes(c.t), runner.estimate_s(c)
+        if chunk and (size + n > CHUNK_BYTES or est + t > budget_s):
+            yield Chunk(chunk, est, 1, parallel)
+            chunk, size, est = [], 0.0, 0.0
+        chunk.append(c)
+        size, est = size + n, est + t
+    if chunk:
+        yield Chunk(chunk, est, 1, parallel)
 
 
 def run_chunks(runner: _Runner, chunks, slots: list) -> None:
-    """Run each (chunk, estimate, phase, parallel) of `chunks`: in this thread, or on the slots when parallel, at
-    most one job per slot (so at most len(slots) chunks' inputs in memory); every job of a phase is judged before
-    the next phase starts. Once a job fails no further chunk starts; the failure earliest in plan order is raised
-    (_Stop)."""
+    """Run each Chunk of `chunks`: in this thread, or on the slots when parallel, at most one job per slot (so at most
+    len(slots) chunks' inputs in memory); every job of a phase is judged before the next phase starts, and the cases
+    a soft deadline left are put in runner.leftover for it. Once a job fails no further chunk starts; the failure
+    earliest in plan order is raised (_Stop)."""
     from autokernel.sandbox.slots import pinned
     free: queue.Queue = queue.Queue()
     for s in slots:
         free.put(s)
     failures: dict[int, _Stop] = {}
 
-    def lane(chunk: list[Case], est: float, job: int, slot) -> None:
+    def lane(ch: Chunk, job: int, slot) -> None:
         try:
             with pinned(slot):
-                runner.chunk(chunk, est, job)
+                runner.chunk(ch.cases, ch.est_s, job)
         except _Stop as stop:
             failures[job] = stop
         finally:
@@ -403,21 +451,21 @@ def run_chunks(runner: _Runner, chunks, slots: list) -> None:
     with ThreadPoolExecutor(max_workers=max(len(slots), 1)) as pool:
         futures: list = []
         current = None
-        for job, (chunk, est, phase, parallel) in enumerate(chunks):
-            if phase != current:  # a phase's jobs all judged before the next one's start
+        for job, ch in enumerate(chunks):
+            if ch.phase != current:  # a phase's jobs all judged before the next one's start
                 for f in futures:
                     f.result()
-                futures, current = [], phase
+                futures, current = [], ch.phase
             if failures:
                 break
-            if not (parallel and slots):
-                runner.chunk(chunk, est, job)
+            if not (ch.parallel and slots):
+                runner.leftover += runner.chunk(ch.cases, ch.est_s, job, ch.soft_s, ch.groups)
                 continue
             slot = free.get()
             if failures:
                 free.put(slot)
                 break
-            futures.append(pool.submit(lane, chunk, est, job, slot))
+            futures.append(pool.submit(lane, ch, job, slot))
         for f in futures:
             f.result()
     if failures:

@@ -210,8 +210,9 @@ def case_steps(case_id: str, kind: int, r: random.Random) -> CaseCalls:
     return CaseCalls(case_id, steps)
 
 
-def interleave(per_case: list[CaseCalls], seed: int, job: int) -> list[Call]:
-    """All the cases' calls in one random order that keeps each case's own order; program orders assigned."""
+def interleave(per_case: list[CaseCalls], seed: int, job: int | str, start: int = 0) -> list[Call]:
+    """All the cases' calls in one random order that keeps each case's own order; program orders assigned. Call ids
+    count from `start` (a job made of several interleaved groups, one after the other)."""
     r = random.Random(derive(seed, "interleave", job))
     queues = [list(c.steps) for c in per_case]
     ids = [c.case for c in per_case]
@@ -221,7 +222,8 @@ def interleave(per_case: list[CaseCalls], seed: int, job: int) -> list[Call]:
     for n, i in enumerate(bag):
         mode, values = queues[i].pop(0)
         order = {"fresh": "asc", "copy": "desc"}.get(mode, "shuffle")
-        out.append(Call(f"k{n:04d}", ids[i], mode, values, order, r.getrandbits(62) if order == "shuffle" else 0))
+        key = r.getrandbits(62) if order == "shuffle" else 0
+        out.append(Call(f"k{start + n:04d}", ids[i], mode, values, order, key))
     return out
 
 

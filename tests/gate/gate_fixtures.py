@@ -8,10 +8,16 @@ Each fixture under fixtures/<op>/ states what the gate must say about it in its 
 """
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
 import torch
+
+from autokernel.gate import StageResult, Verdict, numeric, thresholds, verify
+from autokernel.ops import get
+from autokernel.policy import Policy
 
 FIXTURES = Path(__file__).parent / "fixtures"
 QUICK_DTYPES = [torch.float32]
@@ -56,3 +62,56 @@ def fixtures() -> list[Fixture]:
         out.append(Fixture(path.parent.name, path, h["expect"], h.get("runtime-expect"), dists,
                            int(h.get("max-rows", 0))))
     return out
+
+
+# --- whole-gate runs of the fixtures, shared by test_gate_redteam.py, test_gate_cheats.py, test_gate_defence.py -------
+
+def params(fxs) -> list:
+    """A fixture whose header says `# slow` (a minute or more under the interpreter) runs only with -m slow."""
+    slow = lambda f: "# slow" in f.path.read_text().splitlines()[:8]  # noqa: E731
+    return [pytest.param(f, id=f.id, marks=[pytest.mark.slow] if slow(f) else []) for f in fxs]
+
+
+def e2e_fails(op: str, candidate: Path, policy: Policy) -> StageResult:
+    return StageResult.fail("e2e", "e2e.kl_exceeded", f"stub stage saw {candidate.name} for {op}")
+
+
+def full(fx: Fixture, run_dir: Path, stages=None) -> Verdict:
+    """The whole gate on the quick grid (the e2e stage: tests/gate/test_gate_e2e.py)."""
+    return verify(fx.op, fx.path, run_dir=run_dir, shapes=QUICK_SHAPES.get(fx.op), dtypes=QUICK_DTYPES,
+                  dists=fx.dists, stages=[] if stages is None else stages,
+                  policy=Policy(gate={"max_rows": fx.max_rows}))
+
+
+def runtime_only(fx: Fixture, run_dir: Path) -> StageResult:
+    """Runtime and numeric with the static stage skipped (as if it had missed the cheat)."""
+    spec = get(fx.op)
+    job = run_dir / f"defence-{fx.op}-{fx.path.stem}"
+    job.mkdir(parents=True)
+    copy = job / f"{fx.op}.py"
+    copy.write_bytes(fx.path.read_bytes())
+    planned = numeric.plan(spec, QUICK_SHAPES.get(fx.op), QUICK_DTYPES, fx.dists, 12345, fx.max_rows,
+                           thresholds.extract(fx.path.read_bytes()))  # the range sweep as in the full run
+    runtime, num = numeric.run(spec, copy, job, Policy().sandbox, 12345, planned)
+    return runtime if not runtime.passed else num
+
+
+def module_jobs(request, tmp_path_factory, plan, named=None):
+    """The body of a module-scoped `jobs` fixture: plan(fx, run_dir) -> (fn, *args) for each collected test of the
+    requesting module with an `fx` parameter (keyed (test name, fx.id)), and named[test name](run_dir) -> (fn, *args)
+    for other collected tests of the module (keyed by test name). The jobs are submitted up front, two at a time
+    (each is a chain of sandboxed processes), and each test waits on its own. A module runs whole on one xdist worker
+    (--dist loadfile), so the red team is split across modules to spread over the workers."""
+    run_dir = tmp_path_factory.mktemp("gate")
+    pool = ThreadPoolExecutor(max_workers=2)
+    futures = {}
+    for item in request.session.items:
+        if item.path != request.path:
+            continue
+        if hasattr(item, "callspec") and "fx" in item.callspec.params:
+            fx = item.callspec.params["fx"]
+            futures[(item.originalname, fx.id)] = pool.submit(*plan(fx, run_dir))
+        elif item.originalname in (named or {}):
+            futures[item.originalname] = pool.submit(*named[item.originalname](run_dir))
+    yield futures
+    pool.shutdown(wait=True, cancel_futures=True)

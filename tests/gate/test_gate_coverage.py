@@ -1,9 +1,9 @@
 """Coverage shortcuts (docs/shortcuts.md): a kernel exact for small M that cheats only for large M.
 
-The cov_* fixtures under fixtures/rmsnorm/ go through the whole gate in test_gate_redteam.py (their `# max-rows`
-header sets policy gate.max_rows). Here: the threshold extraction and the range plan as units, and the proof that
-each cheating cov_* fixture is accepted with the defence off (max_rows 0: the cost-bounded sweep alone), so the
-red-team verdict is the range sweep's doing.
+The cov_* fixtures under fixtures/rmsnorm/ go through the whole gate in test_gate_cheats.py (the legitimate one in
+test_gate_redteam.py; their `# max-rows` header sets policy gate.max_rows). Here: the threshold extraction and the
+range plan as units, and the proof that each cheating cov_* fixture is accepted with the defence off (max_rows 0: the
+cost-bounded sweep alone), so the red-team verdict is the range sweep's doing.
 """
 from __future__ import annotations
 

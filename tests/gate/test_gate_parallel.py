@@ -21,11 +21,12 @@ class FakeRunner:
     def __init__(self, fail=(), sleep=0.05):
         self.fail, self.sleep = set(fail), sleep
         self.lock = threading.Lock()
+        self.leftover: list = []
         self.running: set[int] = set()
         self.log: list[tuple[int, frozenset]] = []  # (job, jobs running at its start)
         self.spans: dict[int, tuple[float, float]] = {}
 
-    def chunk(self, chunk, est, job):
+    def chunk(self, chunk, est, job, soft_s=0.0, groups=()):
         with self.lock:
             self.log.append((job, frozenset(self.running)))
             self.running.add(job)
@@ -36,11 +37,12 @@ class FakeRunner:
             self.spans[job] = (t, time.perf_counter())
         if job in self.fail:
             raise numeric._Stop(StageResult.fail("runtime", "runtime.exception", f"job {job}"), None)
+        return []
 
 
 def chunks(phases):
-    """phases: [(n chunks, parallel)] -> the generator's tuples."""
-    return [([f"c{p}{k}"], 1.0, p, par) for p, (n, par) in enumerate(phases) for k in range(n)]
+    """phases: [(n chunks, parallel)] -> what numeric._chunked yields."""
+    return [numeric.Chunk([f"c{p}{k}"], 1.0, p, par) for p, (n, par) in enumerate(phases) for k in range(n)]
 
 
 def test_parallel_chunks_overlap_and_a_phase_ends_before_the_next_starts():
@@ -74,3 +76,41 @@ def test_a_gate_pinned_to_a_slot_does_not_fan_out():
     assert len(numeric._lanes(limits)) == 2
     with pinned(SLOTS[0]):
         assert numeric._lanes(limits) == []
+
+
+def test_a_soft_deadline_leaves_cases_to_later_jobs_and_every_case_is_still_judged(tmp_path, monkeypatch):
+    """The first job stops starting calls once one case is whole and its soft deadline has passed; the parent
+    judges the whole cases and runs the others in later jobs: the same cases are judged as without a deadline."""
+    import torch
+    from gate_fixtures import QUICK_SHAPES, fixtures
+
+    from autokernel.gate import thresholds
+    from autokernel.ops import get
+    fx = next(f for f in fixtures() if f.path.stem == "legit_block_warps")
+    spec = get(fx.op)
+    planned = numeric.plan(spec, QUICK_SHAPES[fx.op], [torch.float32], ["normal"], 3, 0,
+                           thresholds.extract(fx.path.read_bytes()))
+    (tmp_path / "rmsnorm.py").write_bytes(fx.path.read_bytes())
+    monkeypatch.setattr(numeric, "FIRST_JOB_SOFT_S", 1e-6)
+    runtime, num = numeric.run(spec, tmp_path / "rmsnorm.py", tmp_path, Policy().sandbox, 3, planned)
+    assert runtime.passed and num is not None and num.passed, (runtime.detail, num and num.detail)
+    assert num.metrics["cases"] == len(planned) and runtime.metrics["jobs"] >= 2
+
+
+def test_a_job_that_stops_before_any_whole_case_is_incomplete(tmp_path):
+    """The progress rule, parent side: a soft job that returns no whole case (whatever the child says) is
+    runtime.incomplete, so a candidate cannot make the gate reschedule forever."""
+    import torch
+
+    from autokernel.ops import get
+    spec = get("rmsnorm")
+    planned = numeric.plan(spec, [{"M": 2, "N": 8}], [torch.float32], ["normal"], 3)
+
+    class Stopped:
+        ok, reason, detail, wall_s, isolation = True, None, "", 0.1, "test"
+        data = {"failure": None, "calls": [], "ops": {}, "stopped": True}
+
+    (tmp_path / "rmsnorm.py").write_text("")
+    runtime, _ = numeric.run(spec, tmp_path / "rmsnorm.py", tmp_path, Policy().sandbox, 3, planned,
+                             sandbox_run=lambda *a, **k: Stopped())
+    assert not runtime.passed and runtime.reason == "runtime.incomplete", runtime

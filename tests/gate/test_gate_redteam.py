@@ -1,103 +1,44 @@
-"""The red team: every cheating fixture is rejected with its reason code, every legitimate rewrite is accepted.
-
-Fixtures the static stage rejects are checked in test_gate_static.py (no sandbox needed). Here each remaining
-fixture goes through the whole gate (sandbox included) on a quick case grid (one traced shape plus the unseen ones,
-float32, the distributions its header asks for); fixtures with a `runtime-expect` header also go through the runtime
-and numeric stages with the static
-stage skipped, to show the second line of defence holds on its own. Jobs run two at a time.
+"""The red team, legitimate rewrites: each goes through the whole gate (sandbox included) on a quick case grid (one
+traced shape plus the unseen ones, float32, the distributions its header asks for) and must be accepted. The cheats
+are test_gate_cheats.py (the whole gate) and test_gate_defence.py (runtime and numeric alone, the static stage
+skipped); fixtures the static stage rejects are checked in test_gate_static.py (no sandbox needed). The fixtures and
+the shared job runner: gate_fixtures.py.
 """
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 import torch
-from gate_fixtures import QUICK_DTYPES, QUICK_SHAPES, fixtures
+from gate_fixtures import e2e_fails, fixtures, full, module_jobs, params
 
-from autokernel.gate import StageResult, Verdict, judge, numeric, schedule, thresholds, verify
+from autokernel.gate import StageResult, Verdict, judge, numeric, schedule, verify
 from autokernel.ops import get
 from autokernel.policy import Policy
 
 PROJECT = Path(__file__).resolve().parents[2]
-DYNAMIC = [f for f in fixtures() if not f.expect.startswith("static.")]
-DEFENCE = [f for f in fixtures() if f.runtime_expect]
-# One xdist worker takes the module: `jobs` submits the jobs of every collected test, and each worker collects all.
-pytestmark = pytest.mark.xdist_group("redteam")
+LEGIT = [f for f in fixtures() if f.expect == "accepted"]
 
 
-def _params(fxs) -> list:
-    """A fixture whose header says `# slow` (a minute or more under the interpreter) runs only with -m slow."""
-    slow = lambda f: "# slow" in f.path.read_text().splitlines()[:8]  # noqa: E731
-    return [pytest.param(f, id=f.id, marks=[pytest.mark.slow] if slow(f) else []) for f in fxs]
-
-
-def _e2e_fails(op: str, candidate: Path, policy: Policy) -> StageResult:
-    return StageResult.fail("e2e", "e2e.kl_exceeded", f"stub stage saw {candidate.name} for {op}")
-
-
-def _full(fx, run_dir: Path, stages=None) -> Verdict:
-    return verify(fx.op, fx.path, run_dir=run_dir, shapes=QUICK_SHAPES.get(fx.op), dtypes=QUICK_DTYPES,
-                  dists=fx.dists, stages=[] if stages is None else stages,
-                  policy=Policy(gate={"max_rows": fx.max_rows}))  # e2e: tests/gate/test_gate_e2e.py
-
-
-def _runtime_only(fx, run_dir: Path) -> StageResult:
-    """Runtime and numeric with the static stage skipped (as if it had missed the cheat)."""
-    spec = get(fx.op)
-    job = run_dir / f"defence-{fx.op}-{fx.path.stem}"
-    job.mkdir(parents=True)
-    copy = job / f"{fx.op}.py"
-    copy.write_bytes(fx.path.read_bytes())
-    planned = numeric.plan(spec, QUICK_SHAPES.get(fx.op), QUICK_DTYPES, fx.dists, 12345, fx.max_rows,
-                           thresholds.extract(fx.path.read_bytes()))  # the range sweep as in the full run
-    runtime, num = numeric.run(spec, copy, job, Policy().sandbox, 12345, planned)
-    return runtime if not runtime.passed else num
-
-
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def jobs(request, tmp_path_factory):
-    """Submit only the jobs of the tests that were collected, two at a time; tests wait on their own."""
-    run_dir = tmp_path_factory.mktemp("gate")
-    wanted = {(item.originalname, item.callspec.params["fx"].id) for item in request.session.items
-              if hasattr(item, "callspec") and "fx" in item.callspec.params}
-    names = {item.originalname for item in request.session.items}
-    pool = ThreadPoolExecutor(max_workers=2)
-    futures = {}
-    if "test_stage_hook_runs_after_numeric" in names:
-        legit = next(f for f in DYNAMIC if f.path.stem == "legit_block_warps")
-        futures["hook"] = pool.submit(_full, legit, run_dir / "hook", [_e2e_fails])
-    for fx in DYNAMIC:
-        if ("test_fixture_verdict", fx.id) in wanted:
-            futures[("full", fx.id)] = pool.submit(_full, fx, run_dir / "full")
-    for fx in DEFENCE:
-        if ("test_runtime_catches_without_static", fx.id) in wanted:
-            futures[("defence", fx.id)] = pool.submit(_runtime_only, fx, run_dir)
-    yield futures
-    pool.shutdown(wait=True, cancel_futures=True)
+    hook = next(f for f in LEGIT if f.path.stem == "legit_block_warps")
+    yield from module_jobs(request, tmp_path_factory, lambda fx, run_dir: (full, fx, run_dir / "full"),
+                           {"test_stage_hook_runs_after_numeric": lambda run_dir: (full, hook, run_dir / "hook",
+                                                                                   [e2e_fails])})
 
 
-@pytest.mark.parametrize("fx", _params(DYNAMIC))
-def test_fixture_verdict(fx, jobs):
-    v = jobs[("full", fx.id)].result()
-    got = "accepted" if v.accepted else v.reason
-    assert got in fx.expect.split(" | "), f"{fx.id}: {v.detail}"
-    if fx.expect == "accepted":
-        assert [s.name for s in v.stages] == ["static", "runtime", "numeric"]
-        assert v.stages[1].metrics["launches"] >= v.stages[1].metrics["calls"] > 0
-    else:
-        assert v.detail and "\n" not in v.detail
-
-
-@pytest.mark.parametrize("fx", _params(DEFENCE))
-def test_runtime_catches_without_static(fx, jobs):
-    r = jobs[("defence", fx.id)].result()
-    assert not r.passed and r.reason in fx.runtime_expect.split(" | "), f"{fx.id}: {r.reason}: {r.detail}"
+@pytest.mark.parametrize("fx", params(LEGIT))
+def test_legit_rewrite_is_accepted(fx, jobs):
+    v = jobs[("test_legit_rewrite_is_accepted", fx.id)].result()
+    assert v.accepted, f"{fx.id}: {v.reason}: {v.detail}"
+    assert [s.name for s in v.stages] == ["static", "runtime", "numeric"]
+    assert v.stages[1].metrics["launches"] >= v.stages[1].metrics["calls"] > 0
 
 
 def test_stage_hook_runs_after_numeric(jobs):
     """An appended stage (the end-to-end KL stage's slot) runs once numeric passed, on the gate's copy."""
-    v = jobs["hook"].result()
+    v = jobs["test_stage_hook_runs_after_numeric"].result()
     assert [s.name for s in v.stages] == ["static", "runtime", "numeric", "e2e"]
     assert v.verdict == "rejected" and v.reason == "e2e.kl_exceeded" and "rmsnorm.py for rmsnorm" in v.detail
 
@@ -236,14 +177,3 @@ def test_far_rope_positions_reach_the_context():
     from autokernel.ops.rope import CONTEXT, make_positions
     pos = make_positions(4, 24, "cpu", torch.Generator().manual_seed(0))
     assert int(pos.max()) > CONTEXT - 64 and int(pos.max()) < CONTEXT and int(pos.min()) >= 0
-
-
-def test_nondeterminism_is_a_policy_switch(tmp_path):
-    """Float atomics across programs: rejected by default, accepted when the policy allows run-to-run variation."""
-    from autokernel.policy import Gate
-    fx = next(f for f in fixtures() if f.path.stem == "num_atomic_sum")
-    policy = Policy(gate=Gate(require_bitwise_determinism=False))
-    v = verify(fx.op, fx.path, run_dir=tmp_path, shapes=QUICK_SHAPES[fx.op], dtypes=QUICK_DTYPES, dists=fx.dists,
-               stages=[], policy=policy)
-    assert v.accepted, v.detail
-    assert "nondeterminism allowed by policy" in v.stages[2].detail
