@@ -1,4 +1,5 @@
 """Write small llama-architecture GGUF files for tests: random weights, the embedded model's tokenizer."""
+import functools
 from pathlib import Path
 
 import numpy as np
@@ -8,7 +9,9 @@ from gguf import GGUFWriter, quants
 from autokernel.engine.gguf_model import embedded_model_path
 
 
+@functools.lru_cache(maxsize=1)
 def tokenizer_fields():
+    """Read once per process: the embedded GGUF is parsed whole (seconds)."""
     from gguf import GGUFReader
     r = GGUFReader(str(embedded_model_path()))
     return {k: r.fields[k].contents() for k in r.fields if k.startswith("tokenizer.")}
