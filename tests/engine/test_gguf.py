@@ -47,6 +47,22 @@ def test_q8_0_split_matches_gguf_dequantize(smollm):
     assert torch.equal(got, smollm.embedding_float)
 
 
+def test_our_parser_reads_what_the_gguf_package_reads(tiny_model):
+    """autokernel/engine/gguf_file.py against gguf.GGUFReader, on the embedded model and a tiny one: every field
+    (the reader's own GGUF.* pseudo-fields aside) and every tensor's name, type, shape and bytes."""
+    from autokernel.engine import gguf_file
+    for path in (embedded_model_path(), tiny_model):
+        ours, theirs = gguf_file.read(path), GGUFReader(str(path))
+        want = {k: f.contents() for k, f in theirs.fields.items() if not k.startswith("GGUF.")}
+        assert ours.fields.keys() == want.keys()
+        for k, v in want.items():
+            assert ours.fields[k] == v or np.allclose(np.asarray(ours.fields[k], float), np.asarray(v, float)), k
+        assert [(t.name, t.tensor_type, t.shape) for t in ours.tensors] == \
+            [(t.name, t.tensor_type, tuple(int(x) for x in t.shape)) for t in theirs.tensors]
+        for a, b in zip(ours.tensors, theirs.tensors):
+            assert np.array_equal(a.data.reshape(-1), np.asarray(b.data).view(np.uint8).reshape(-1)), a.name
+
+
 def test_tiny_llama_loads_in_both_modes(tiny_model):
     q = load(tiny_model, weights="quant")
     d = load(tiny_model, weights="dequant")
