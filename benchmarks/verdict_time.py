@@ -31,7 +31,7 @@ def main(argv: list[str]) -> None:
               f"({clock})")
         for s in v.stages:
             m = s.metrics or {}
-            extra = {k: m[k] for k in ("cases", "shapes", "calls", "plan", "positions", "decode_positions")
+            extra = {k: m[k] for k in ("cases", "calls", "jobs", "sandbox_s", "plan", "positions", "decode_positions")
                      if k in m}
             print(f"  {s.name:<8} {s.elapsed_s:8.1f} s  {'ok' if s.passed else s.reason}  {extra}")
 
