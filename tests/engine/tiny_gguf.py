@@ -11,10 +11,10 @@ from autokernel.engine.gguf_model import embedded_model_path
 
 @functools.lru_cache(maxsize=1)
 def tokenizer_fields():
-    """Read once per process: the embedded GGUF is parsed whole (seconds)."""
-    from gguf import GGUFReader
-    r = GGUFReader(str(embedded_model_path()))
-    return {k: r.fields[k].contents() for k in r.fields if k.startswith("tokenizer.")}
+    """The embedded model's tokenizer metadata (autokernel/engine/gguf_file.py; checked against gguf.GGUFReader in
+    test_gguf.py)."""
+    from autokernel.engine import gguf_file
+    return {k: v for k, v in gguf_file.read(embedded_model_path()).fields.items() if k.startswith("tokenizer.")}
 
 
 def write(path: Path, *, arch="llama", layers=2, hidden=64, heads=4, kv_heads=2, ffn=128, linear_type=Q.Q4_1,

@@ -8,9 +8,9 @@ from autokernel.ops import get, smollm2
 
 @pytest.fixture(scope="module")
 def config():
-    from gguf import GGUFReader
+    from autokernel.engine import gguf_file
     path = gguf_model.embedded_model_path()
-    return gguf_model._config(GGUFReader(str(path)), path)
+    return gguf_model._config(gguf_file.read(path), path)
 
 
 def test_declared_dimensions_are_the_embedded_models(config):
