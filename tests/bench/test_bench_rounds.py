@@ -87,9 +87,14 @@ def test_on_cpu_the_verdict_is_the_process_cpu_time_not_the_wall_clock(tmp_path,
     assert all(abs(s.median_ms.est - 0.8) < 1e-9 for s in c.shapes)
     assert m.label == "CPU / Triton-interpreter CPU time" and "CPU time" in m.clock
     # More waiting than that (work done outside the process while the call waits) is implausible, never a win.
-    stub(monkeypatch, {"incumbent": 1.0, "cand": 0.8}, wall={"incumbent": 1.0, "cand": 4.0})
+    stub(monkeypatch, {"incumbent": 1.0, "cand": 0.8}, wall={"incumbent": 1.0, "cand": 8.0})
     c = measure_mod.measure("rmsnorm", [_cand(tmp_path, "cand")], CASES, Policy(), tmp_path).files[1]
     assert not c.accepted and c.reason == "bench.implausible" and "wall time per CPU second" in c.detail
+    # An incumbent whose calls kept two threads busy (wall half its CPU time) is no base for a one-thread candidate
+    # (1.9 s of wall per CPU second under the lockstep turns): not waiting, not implausible.
+    stub(monkeypatch, {"incumbent": 1.0, "cand": 0.8}, wall={"incumbent": 0.5, "cand": 1.5})
+    c = measure_mod.measure("rmsnorm", [_cand(tmp_path, "cand")], CASES, Policy(), tmp_path).files[1]
+    assert c.accepted and abs(c.speedup.est - 1.25) < 1e-6, c
 
 
 def test_the_job_clock_counts_every_thread_and_not_sleep():
