@@ -65,7 +65,19 @@ def kl_line(gate: dict) -> str:
         return f"{v:.3g}" if isinstance(v, (int, float)) else "?"
     return (f"- KL mean {num('kl_mean')} / p99 {num('kl_p99')} / max {num('kl_max')} nats over {mt.get('positions')} "
             f"tokens; top-1 agreement {num('top1')}; longest token runs (baseline, candidate) "
-            f"{mt.get('repeat_runs')}")
+            f"{mt.get('repeat_runs')}\n{plan_line(mt.get('plan'))}")
+
+
+def plan_line(plan) -> str:
+    """Where the candidate ran in the end-to-end check (autokernel/gate/e2e.py plan): a partial check says so."""
+    if not isinstance(plan, dict) or not isinstance(plan.get("layers"), int):
+        return "- checked where: not recorded"
+    layers, of, g = plan.get("layers"), plan.get("of_layers"), plan.get("new_tokens")
+    if layers == of and plan.get("prefill", True):
+        return f"- checked where: every call site of the op, prefill and {g} greedy tokens (the full check)"
+    return (f"- checked where: a PARTIAL check (Triton-interpreter budget): the candidate in {layers} of {of} layers "
+            f"(drawn at random){'' if plan.get('prefill', True) else ', decode steps only'}, {g} greedy tokens; "
+            "rerun `autokernel verify` where kernels compile for the full check")
 
 
 def title(w: Win) -> str:

@@ -83,7 +83,8 @@ class StubEvaluator:
                    "metrics": {"cases": list(range(500))}},  # too big for the evidence: must be dropped
                   {"name": "e2e", "passed": True, "reason": None, "detail": "KL ok", "elapsed_s": 30.0,
                    "metrics": {"kl_mean": 1.1e-11, "kl_p99": 2e-10, "kl_max": 3e-9, "top1": 1.0, "positions": 40,
-                               "repeat_runs": [[2, 2]]}}]
+                               "repeat_runs": [[2, 2]], "plan": {"layers": 2, "of_layers": 31, "prefill": False,
+                                                                 "new_tokens": 8, "predicted_s": 100.0}}}]
         return Feedback(op, digest, "accepted", stages=stages, accepted=True, speedup=2.0, speedup_ci=[1.9, 2.1],
                         device="cpu-interpreter", note="stub", path=str(self.op_dir / digest[:8] / f"{op}.py"),
                         seed=12345, isolation="bwrap+cgroup")

@@ -82,6 +82,8 @@ def test_a_win_becomes_a_commit_on_this_repo(clone, tmp_path):
     assert "| M=4 N=576 | float32 | 60 | 0.5 | 0.25 | 2.000 [1.900, 2.100] |" in msg
     assert "interpreter timings, not GPU speed" in msg
     assert "- KL mean 1.1e-11 / p99 2e-10 / max 3e-09 nats over 40 tokens; top-1 agreement 1" in msg
+    assert "- checked where: a PARTIAL check (Triton-interpreter budget): the candidate in 2 of 31 layers (drawn at " \
+           "random), decode steps only, 8 greedy tokens" in msg  # the e2e plan, when partial, is never hidden
     assert "isolation bwrap+cgroup" in msg and "seed 12345" in msg
     assert f"git show {before[1][:12]}:kernels/rmsnorm.py > /tmp/base_rmsnorm.py" in msg
     assert "autokernel bench rmsnorm kernels/rmsnorm.py --incumbent /tmp/base_rmsnorm.py" in msg
