@@ -14,6 +14,7 @@ cases' calls in a secret order, with the grid's programs run in ascending, desce
 """
 from __future__ import annotations
 
+import itertools
 import queue
 import random
 import threading
@@ -47,6 +48,10 @@ class Case:
     b: dict[str, Any] | None  # new values for the same tensors (an in-place refill)
     t: dict[str, Any] | None = None  # a's values with a few elements from b (an in-place refill)
     steps: list[tuple[str, str]] = field(default_factory=list)  # (mode, values) of each call, in order
+
+    def nbytes(self) -> int:
+        """Bytes of the case's input storages (each value set counted once)."""
+        return _nbytes(self.a) + _nbytes(self.b) + _nbytes(self.t)
 
     def label(self) -> str:
         dims = ",".join(f"{k}={v}" for k, v in self.shape.items())
@@ -161,7 +166,7 @@ class _Runner:
             job = self.jobs
         calls: list[dict] = []
         lo = 0
-        for g, hi in enumerate([*(sum(groups[:k + 1]) for k in range(len(groups))), len(chunk)]):
+        for g, hi in enumerate([*itertools.accumulate(groups), len(chunk)]):
             part = [schedule.CaseCalls(c.id, c.steps) for c in chunk[lo:hi]]
             calls += [c.payload() for c in schedule.interleave(part, self.seed, job if g == 0 else f"{job}.{g}",
                                                                start=len(calls))]
@@ -262,21 +267,20 @@ class _Runner:
             self.cases += 1
         return None
 
-    def estimate_s(self, c: Case) -> float:
-        """Seconds for case c's calls: measured per call for its shape, else per_call_model's. 0 before any
-        measurement."""
-        per_call = self.call_s.get(json_shape(c.shape))
-        if per_call is None and self.call_s:
-            per_call = per_call_model(self.spec, {k: (self.shape_of[k], t) for k, t in self.call_s.items()})(c.shape)
-        return (per_call or 0.0) * len(c.steps)
-
-    def estimate_planned(self, planned_case) -> float:
-        """estimate_s for a planned case before its inputs are made (its calls: the schedule's expected number)."""
-        shape, calls = planned_case[0], planned_case[3]
+    def _per_call_s(self, shape: dict) -> float:
+        """Seconds a call of `shape` takes: measured, else per_call_model's; 0 before any measurement."""
         per_call = self.call_s.get(json_shape(shape))
         if per_call is None and self.call_s:
             per_call = per_call_model(self.spec, {k: (self.shape_of[k], t) for k, t in self.call_s.items()})(shape)
-        return (per_call or 0.0) * (4.5 if calls == schedule.FULL else 1.25)
+        return per_call or 0.0
+
+    def estimate_s(self, c: Case) -> float:
+        """Seconds for case c's calls."""
+        return self._per_call_s(c.shape) * len(c.steps)
+
+    def estimate_planned(self, planned_case) -> float:
+        """estimate_s for a planned case before its inputs are made (its calls: the schedule's expected number)."""
+        return self._per_call_s(planned_case[0]) * (4.5 if planned_case[3] == schedule.FULL else 1.25)
 
     def limits_for(self, est_s: float):
         """The job's limits: the policy's, with the wall and CPU clocks stretched for one case that alone needs
@@ -332,7 +336,8 @@ def run(spec: OpSpec, candidate: Path, job_dir: Path, limits, seed: int, planned
     runner = _Runner(spec, candidate, job_dir, limits, seed, sandbox_run, bitwise and spec.deterministic)
     skipped: dict[str, str] = {}
     try:
-        run_chunks(runner, _chunked(runner, planned, skipped, len(_lanes(limits))), _lanes(limits))
+        slots = _lanes(limits)
+        run_chunks(runner, _chunked(runner, planned, skipped, len(slots)), slots)
     except _Stop as stop:
         return _split_time(runner, t0, stop.runtime, stop.numeric)
     if not runner.cases:
@@ -373,10 +378,10 @@ class Chunk:
     groups: tuple[int, ...] = ()  # Runner.chunk: the first cases' calls made group by group, before the rest's
 
 
-def _made(runner: _Runner, planned, skipped: dict[str, str], start: int):
-    """(index, Case) for planned[start:], inputs made as each is asked for; a shape the trusted generator refuses (the
+def _made(runner: _Runner, planned, skipped: dict[str, str]):
+    """(index, Case) for each planned case, inputs made as each is asked for; a shape the trusted generator refuses (the
     heuristic larger one, say) is noted in `skipped`."""
-    for i in range(start, len(planned)):
+    for i in range(len(planned)):
         t0 = time.perf_counter()
         try:
             yield i, make_case(runner.spec, i, planned[i], runner.seed)
@@ -396,11 +401,11 @@ def _chunked(runner: _Runner, planned, skipped: dict[str, str], lanes: int):
     phase 1."""
     first_smoke = planned[0][1:3]
     n_smoke = next((i for i, p in enumerate(planned) if p[1:3] != first_smoke or p[3] != schedule.FULL), len(planned))
-    made = _made(runner, planned, skipped, 0)
+    made = _made(runner, planned, skipped)
     first: list[tuple[int, Case]] = []
     size, pending = 0, None
     for i, c in made:
-        n = _nbytes(c.a) + _nbytes(c.b) + _nbytes(c.t)
+        n = c.nbytes()
         if first and size + n > CHUNK_BYTES:
             pending = (i, c)
             break
@@ -409,7 +414,7 @@ def _chunked(runner: _Runner, planned, skipped: dict[str, str], lanes: int):
     if first:
         smoke = sum(1 for i, _ in first if i < n_smoke)
         yield Chunk([c for _, c in first], 0.0, 0, False, FIRST_JOB_SOFT_S, (1, smoke - 1) if smoke > 1 else (1,))
-    todo = [c for c in runner.leftover] + ([pending[1]] if pending else [])
+    todo = list(runner.leftover) + ([pending[1]] if pending else [])
     later = (planned[pending[0] + 1:] if pending else [])
     rest_s = sum(map(runner.estimate_s, todo)) + sum(map(runner.estimate_planned, later))
     parallel = lanes > 1 and rest_s >= PARALLEL_MIN_S
@@ -418,7 +423,7 @@ def _chunked(runner: _Runner, planned, skipped: dict[str, str], lanes: int):
     chunk: list[Case] = []
     size = est = 0.0
     for c in [*todo, *(c for _, c in made)]:
-        n, t = _nbytes(c.a) + _nbytes(c.b) + _nbytes(c.t), runner.estimate_s(c)
+        n, t = c.nbytes(), runner.estimate_s(c)
         if chunk and (size + n > CHUNK_BYTES or est + t > budget_s):
             yield Chunk(chunk, est, 1, parallel)
             chunk, size, est = [], 0.0, 0.0
