@@ -20,6 +20,9 @@ Secrets never travel: a local instance this module starts is started with the se
 the environment its processes inherit, no runtime_env carries environment variables, and each task drops such
 variables from its worker's environment before doing anything (the sandbox's own environment is an allowlist).
 
+A private local instance ('local') runs its workers at the caller's priority (Ray's default is nice 15, which any
+nice-0 load on the machine starves: the jobs are the user's foreground work, not background).
+
 Resources: a gate job takes one GPU where the cluster has GPUs, else one CPU; a bench job takes a whole GPU (so no
 other job shares its device while it times), or on a CPU-only cluster every CPU of the smallest node.
 
@@ -157,7 +160,8 @@ class RayCluster:
         ray = _ray()
         self.policy = policy
         if not ray.is_initialized():
-            kw = {"include_dashboard": False, **init} if address in (None, "local") else init
+            kw = {"include_dashboard": False, "_system_config": {"worker_niceness": 0}, **init} \
+                if address in (None, "local") else init
             try:
                 _probe(address)
                 with _without_secrets():
