@@ -50,7 +50,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from autokernel import device as device_mod
 from autokernel import harness, sandbox
@@ -58,7 +57,7 @@ from autokernel.bench import job, lockstep, roofline
 from autokernel.bench.measure import CPU_LABEL, IncumbentFailed, Measurement, judge
 from autokernel.bench.stats import rse_of_median, se_of_weighted_log_ratio
 from autokernel.ops import get
-from autokernel.ops.spec import upcast
+from autokernel.ops.tolerance import References, references
 from autokernel.ops.tolerance import judge as judge_outputs
 from autokernel.policy import Policy
 from autokernel.untrusted import line
@@ -89,15 +88,6 @@ class Timed:
     jobs: list[dict] = field(default_factory=list)
 
 
-def _reference(spec, vals: dict) -> tuple[list, list]:
-    """(float64 truth, eager in the call's dtype): one list of outputs each, on private copies of the inputs."""
-    def outs(r):
-        return list(r) if isinstance(r, (tuple, list)) else [r]
-    ref64 = outs(spec.reference(**upcast(vals)))
-    eager = outs(spec.reference(**{k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in vals.items()}))
-    return ref64, eager
-
-
 class Round:
     """What the parent knows about one round: its seed, repetitions and the references it computed (shared by files)."""
 
@@ -106,11 +96,11 @@ class Round:
         self._pools: dict[int, list[dict]] = {}
         self._refs: dict[tuple[int, int], list] = {}
 
-    def reference(self, ci: int, rep: int) -> tuple[list, list]:
+    def reference(self, ci: int, rep: int) -> References:
         if (ci, rep) not in self._refs:
             if ci not in self._pools:
                 self._pools[ci] = job.pool(self.spec, self.cases[ci], self.seed, ci)
-            self._refs[(ci, rep)] = _reference(self.spec, job.values(self._pools[ci], self.seed, ci, rep))
+            self._refs[(ci, rep)] = references(self.spec, job.values(self._pools[ci], self.seed, ci, rep))
         return self._refs[(ci, rep)]
 
 
@@ -160,8 +150,9 @@ def _check_outputs(rnd: Round, ci: int, kept) -> str:
                 or not isinstance(outs, list):
             return "the job returned malformed outputs"
         reps.add(rep)
-        ref64, eager = rnd.reference(ci, rep)
-        j = judge_outputs(outs, ref64, eager)  # the gate's judge: no output passes here that the gate rejects
+        refs = rnd.reference(ci, rep)
+        # the gate's judge: no output passes here that the gate rejects
+        j = judge_outputs(outs, refs.ref64, refs.eager, None, refs.floors)
         if j.reason == "numeric.bad_output":
             return f"repetition {rep}: {j.detail}"
         if not j.ok:

@@ -18,8 +18,8 @@ from typing import Any
 import torch
 
 from autokernel.harness import INT_OF_SIZE, Reject, poisoned  # Reject: the one failure type of jobs and judges
-from autokernel.ops.spec import OpSpec, upcast
-from autokernel.ops.tolerance import judge
+from autokernel.ops.spec import OpSpec
+from autokernel.ops.tolerance import References, judge, references
 
 MODE_RANK = {("fresh", "a"): 0, ("copy", "a"): 1, ("refill", "b"): 2, ("refill", "t"): 3}  # then repeats
 
@@ -31,10 +31,6 @@ def as_list(x) -> list:
 def bits(t: torch.Tensor) -> torch.Tensor:
     t = t.contiguous()
     return t.view(INT_OF_SIZE[t.element_size()])
-
-
-def _clone(kwargs: dict) -> dict:
-    return {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
 
 
 # --- what came back ------------------------------------------------------------------------------------------------
@@ -81,11 +77,10 @@ def outputs(rec: dict, where: str) -> list[torch.Tensor]:
 
 # --- one call against the reference ---------------------------------------------------------------------------------
 
-def judge_call(outs: list, eager: list, ref64: list, poison: dict[str, int], where: str,
-               worst: dict[str, float]) -> None:
+def judge_call(outs: list, refs: References, poison: dict[str, int], where: str, worst: dict[str, float]) -> None:
     """Every element of every output of one call against the float64 reference: autokernel.ops.tolerance.judge, the
     one judge the benchmark and the kernel tests use too. `worst` collects max error / bound per dtype."""
-    j = judge(outs, ref64, eager, lambda t: poisoned(t, poison))
+    j = judge(outs, refs.ref64, refs.eager, lambda t: poisoned(t, poison), refs.floors)
     for name, ratio in j.ratios.items():
         worst[name] = max(worst.get(name, 0.0), ratio)
     if not j.ok:
@@ -102,11 +97,11 @@ def judge_case(spec: OpSpec, case, calls: list[dict], outs: dict[str, list], poi
     are judged against the reference like the others."""
     values = {"a": case.a, "b": case.b, "t": case.t}
     used = sorted({c["values"] for c in calls})
-    refs: dict[str, tuple[list, list]] = {}
+    refs: dict[str, References] = {}
 
-    def ref(v: str) -> tuple[list, list]:
+    def ref(v: str) -> References:
         if v not in refs:
-            refs[v] = (as_list(spec.reference(**_clone(values[v]))), as_list(spec.reference(**upcast(values[v]))))
+            refs[v] = references(spec, values[v])
         return refs[v]
 
     def stale(got: list, v: str, r: Reject) -> Reject:
@@ -125,16 +120,16 @@ def judge_case(spec: OpSpec, case, calls: list[dict], outs: dict[str, list], poi
             if call["mode"] in ("copy", "repeat") and bitwise and v in first:
                 _same_bits(got, *first[v], call, where)
             else:
-                judge_call(got, *ref(v), poison, where, worst)
+                judge_call(got, ref(v), poison, where, worst)
         except Reject as r:
             raise (stale(got, v, r) if r.reason in ("numeric.mismatch", "numeric.nondeterministic") else r) from None
         first.setdefault(v, (got, call))
 
 
-def _matches(got: list, ref: tuple[list, list], poison: dict[str, int]) -> bool:
+def _matches(got: list, ref: References, poison: dict[str, int]) -> bool:
     """Would `got` pass as the answer for other values? (the signature of an output cache or replay)"""
     try:
-        judge_call(got, *ref, poison, "", {})
+        judge_call(got, ref, poison, "", {})
     except Reject:
         return False
     return True

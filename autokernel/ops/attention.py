@@ -6,19 +6,56 @@ from autokernel.ops.smollm2 import HEAD_DIM, N_HEAD, N_HEAD_KV
 from autokernel.ops.spec import OpSpec, Shape, elem_size, sample
 
 
+def _visible(T: int, kv_start: torch.Tensor, device) -> torch.Tensor:
+    """(B, 1, T, T): key j visible to query i iff kv_start[b] <= j <= i."""
+    pos = torch.arange(T, device=device)
+    visible = (pos[None, :] <= pos[:, None]) & (pos[None, None, :] >= kv_start.to(device)[:, None, None])
+    return visible[:, None]
+
+
 def reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_start: torch.Tensor,
               scale: float) -> torch.Tensor:
     B, Hq, T, D = q.shape
     group = Hq // k.shape[1]
     k = k.repeat_interleave(group, dim=1)  # (B, Hq, T, D)
     v = v.repeat_interleave(group, dim=1)
-    pos = torch.arange(T, device=q.device)
-    visible = (pos[None, :] <= pos[:, None]) & (pos[None, None, :] >= kv_start.to(q.device)[:, None, None])
-    visible = visible[:, None]  # (B, 1, T, T): key j visible to query i iff kv_start[b] <= j <= i
+    visible = _visible(T, kv_start, q.device)
     s = (q @ k.transpose(-1, -2)) * scale
     p = torch.softmax(s.masked_fill(~visible, float("-inf")), dim=-1)
     p = p.masked_fill(~visible.any(-1, keepdim=True), 0.0)  # pad rows see no key: output 0, not NaN
     return p @ v
+
+
+U32 = torch.finfo(torch.float32).eps / 2  # unit roundoff of the float32 accumulator the kernels use
+
+
+def softmax_rounding(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, visible: torch.Tensor,
+                     scale: float) -> torch.Tensor:
+    """First-order error, per output element, of softmax(q k^T * scale) v computed with float32 accumulation, for
+    float64 q (..., Tq, D), k and v (..., L, D) and `visible` (..., Tq, L) (the spec's `rounding`, autokernel/ops/
+    tolerance.py). Each logit l_i is a length-D dot product: off by e_i = (sqrt(D) |scale| sum_d |q_d k_id| + 2 |l_i|) u
+    (the sum's rounding as a random walk, then rounding the logit and subtracting the row's max). Softmax turns logit
+    errors d into output errors sum_i p_i (d_i - dbar) (v_i - out), at most sum_i p_i (e_i + ebar)(|v_i| + |out|)
+    with ebar = sum_j p_j e_j; the weighted sum over L keys adds sqrt(L) u sum_i p_i |v_i|. Where logits run into the
+    hundreds (|q| |k| large) this is hundreds of ulps of the output, and eager's own error, one rounding order among
+    many, can be a few: the gate then held the project's own kernel to a bound a different order cannot meet."""
+    D, L = q.shape[-1], k.shape[-2]
+    kt = k.transpose(-1, -2)
+    logits = (q @ kt) * scale
+    e = ((D ** 0.5) * abs(scale) * (q.abs() @ kt.abs()) + 2 * logits.abs()) * U32
+    p = torch.softmax(logits.masked_fill(~visible, float("-inf")), dim=-1)
+    p = p.masked_fill(~visible.any(-1, keepdim=True), 0.0)  # rows with no visible key: output exactly 0
+    e = e.masked_fill(~visible, 0.0)
+    w = p * (e + (p * e).sum(-1, keepdim=True))
+    out = p @ v
+    return w @ v.abs() + w.sum(-1, keepdim=True) * out.abs() + (L ** 0.5) * U32 * (p @ v.abs())
+
+
+def rounding(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_start: torch.Tensor,
+             scale: float) -> torch.Tensor:
+    group = q.shape[1] // k.shape[1]
+    return softmax_rounding(q, k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1),
+                            _visible(q.shape[2], kv_start, q.device), scale)
 
 
 def make_inputs(shape: Shape, dtype, device, gen, dist="normal"):
@@ -47,6 +84,7 @@ def _flops(s: Shape) -> int:  # q k^T and p v over the causal half (pad rows cou
 SPEC = OpSpec(
     name="attention",
     reference=reference,
+    rounding=rounding,
     make_inputs=make_inputs,
     shape_of=shape_of,
     flops=_flops,

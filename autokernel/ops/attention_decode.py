@@ -2,24 +2,34 @@
 (SmolLM2-135M: 9 query heads share 3 kv heads, head dim 64)."""
 import torch
 
+from autokernel.ops.attention import softmax_rounding
 from autokernel.ops.smollm2 import HEAD_DIM, N_HEAD, N_HEAD_KV
 from autokernel.ops.spec import OpSpec, Shape, elem_size, sample
 
 STALE = 20.0  # what sits in the cache past kv_len: large, so a kernel that reads it is visibly wrong
 
 
-def reference(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, kv_start: torch.Tensor,
-              kv_len: int, scale: float) -> torch.Tensor:
-    B, Hq, D = q.shape
-    group = Hq // k_cache.shape[1]
-    k = k_cache[:, :, :kv_len].repeat_interleave(group, dim=1)  # (B, Hq, L, D)
+def _visible_kv(q, k_cache, v_cache, kv_start, kv_len) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """k and v (B, Hq, L, D), each query head's kv head's filled positions; visible (B, 1, 1, L)."""
+    group = q.shape[1] // k_cache.shape[1]
+    k = k_cache[:, :, :kv_len].repeat_interleave(group, dim=1)
     v = v_cache[:, :, :kv_len].repeat_interleave(group, dim=1)
     visible = torch.arange(kv_len, device=q.device)[None, :] >= kv_start.to(q.device)[:, None]  # (B, L)
-    visible = visible[:, None, None, :]  # (B, 1, 1, L)
+    return k, v, visible[:, None, None, :]
+
+
+def reference(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, kv_start: torch.Tensor,
+              kv_len: int, scale: float) -> torch.Tensor:
+    k, v, visible = _visible_kv(q, k_cache, v_cache, kv_start, kv_len)
     s = (q[:, :, None, :] @ k.transpose(-1, -2)) * scale  # (B, Hq, 1, L)
     p = torch.softmax(s.masked_fill(~visible, float("-inf")), dim=-1)
     p = p.masked_fill(~visible.any(-1, keepdim=True), 0.0)  # a sequence with no visible key: output 0, not NaN
     return (p @ v)[:, :, 0]
+
+
+def rounding(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, kv_start: torch.Tensor,
+             kv_len: int, scale: float) -> torch.Tensor:
+    return softmax_rounding(q[:, :, None, :], *_visible_kv(q, k_cache, v_cache, kv_start, kv_len), scale)[:, :, 0]
 
 
 def make_inputs(shape: Shape, dtype, device, gen, dist="normal"):
@@ -49,6 +59,7 @@ def shape_of(q, k_cache, v_cache, kv_start, kv_len, scale) -> Shape:
 SPEC = OpSpec(
     name="attention_decode",
     reference=reference,
+    rounding=rounding,
     make_inputs=make_inputs,
     shape_of=shape_of,
     flops=lambda s: 4 * s["B"] * s["Hq"] * s["L"] * s["D"],

@@ -30,6 +30,10 @@ class OpSpec:
     odd_shapes: tuple[Shape, ...]
     dtypes: tuple[torch.dtype, ...] = (torch.float32, torch.float16, torch.bfloat16)
     deterministic: bool = True
+    # (float64 launcher kwargs) -> per output, elementwise, the error float32 accumulation can make on these inputs
+    # where the op amplifies rounding (softmax over large logits): a first-order bound that eager's own error, one
+    # rounding order among many, is held to at least (autokernel/ops/tolerance.py). None: eager's error stands.
+    rounding: Callable[..., Any] | None = None
     doc: str = ""  # what the op computes, in words, for people and for the agent's prompt
     extra: dict[str, Any] = field(default_factory=dict)
 

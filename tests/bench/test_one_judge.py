@@ -10,13 +10,14 @@ from autokernel.bench import rounds
 from autokernel.gate import judge, numeric
 from autokernel.ops import get
 from autokernel.ops.spec import upcast
+from autokernel.ops.tolerance import References
 
 POISON = numeric.poison_bits(5)
 
 
 def _gate(outs, ref64, eager) -> str | None:
     try:
-        judge.judge_call(outs, eager, ref64, POISON, "test", {})
+        judge.judge_call(outs, References(ref64, eager, [None] * len(ref64)), POISON, "test", {})
     except judge.Reject as r:
         return r.reason
     return None
@@ -24,13 +25,13 @@ def _gate(outs, ref64, eager) -> str | None:
 
 def _bench(outs, ref64, eager) -> str | None:
     rnd = rounds.Round(None, [{"shape": {}, "dtype": "float32"}], seed=0, reps=1)
-    rnd._refs[(0, 0)] = (ref64, eager)  # what the parent computed from its own seed
+    rnd._refs[(0, 0)] = References(ref64, eager, [None] * len(ref64))  # what the parent computed from its own seed
     why = rounds._check_outputs(rnd, 0, [{"case": 0, "rep": 0, "outputs": outs}])
     return why or None
 
 
 def _opcheck(outs, ref64, eager) -> str | None:
-    return opcheck.verdict(outs, ref64, eager)
+    return opcheck.verdict(outs, References(ref64, eager, [None] * len(ref64)))
 
 
 def _case(op: str, shape: dict, dtype: torch.dtype, dist: str, seed: int = 1):

@@ -8,6 +8,7 @@ from autokernel import harness
 from autokernel.gate import child, judge, numeric
 from autokernel.ops import get
 from autokernel.ops.spec import upcast
+from autokernel.ops.tolerance import references
 from autokernel.policy import Policy
 
 POISON = numeric.poison_bits(0)
@@ -115,7 +116,7 @@ def test_snapshot_sees_deletions_shadowing_and_the_harness_own_scalars():
 
 
 def _judge(out, kw, spec):
-    judge.judge_call([out], [spec.reference(**kw)], [spec.reference(**upcast(kw))], POISON, "test", {})
+    judge.judge_call([out], references(spec, kw), POISON, "test", {})
 
 
 def test_overflow_to_inf_is_the_right_answer():

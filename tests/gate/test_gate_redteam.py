@@ -14,6 +14,7 @@ from gate_fixtures import e2e_fails, fixtures, full, module_jobs, params
 
 from autokernel.gate import StageResult, Verdict, judge, numeric, schedule, verify
 from autokernel.ops import get
+from autokernel.ops.tolerance import References
 from autokernel.policy import Policy
 
 PROJECT = Path(__file__).resolve().parents[2]
@@ -139,10 +140,10 @@ def test_broken_eager_does_not_make_the_tolerance_unfailable():
     eager = spec.reference(**kw)
     wrong = (ref64 * 1.01).to(torch.float16)  # 1% off everywhere: must fail
     with pytest.raises(judge.Reject) as e:
-        judge.judge_call([wrong], [eager], [ref64], {}, "test", {})
+        judge.judge_call([wrong], References([ref64], [eager], [None]), {}, "test", {})
     assert e.value.reason == "numeric.mismatch"
     right = ref64.to(torch.float16)
-    judge.judge_call([right], [eager], [ref64], {}, "test", {})
+    judge.judge_call([right], References([ref64], [eager], [None]), {}, "test", {})
 
 
 # --- the call schedule (no sandbox) -----------------------------------------------------------------------------------

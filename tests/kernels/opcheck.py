@@ -5,23 +5,16 @@ import importlib
 import torch
 
 from autokernel.ops import get
-from autokernel.ops.spec import upcast
-from autokernel.ops.tolerance import judge
+from autokernel.ops.tolerance import judge, references
 
 
 def _outputs(res):
     return list(res) if isinstance(res, (tuple, list)) else [res]
 
 
-def references(spec, kwargs: dict) -> tuple[list, list]:
-    """(float64 truth, eager torch in the inputs' dtype), each on private copies of the inputs."""
-    eager = _outputs(spec.reference(**{k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}))
-    return _outputs(spec.reference(**upcast(kwargs))), eager
-
-
-def verdict(outs: list, ref64: list, eager: list) -> str | None:
+def verdict(outs: list, refs) -> str | None:
     """None if the outputs pass, else the judge's reason and detail (what `check` asserts on)."""
-    j = judge(outs, ref64, eager)
+    j = judge(outs, refs.ref64, refs.eager, None, refs.floors)
     return None if j.ok else f"{j.reason}: {j.detail}"
 
 
@@ -32,10 +25,10 @@ def check(op: str, shape: dict, dtype: torch.dtype, dist: str = "normal", seed: 
     kwargs = spec.make_inputs(shape, dtype, "cpu", gen, dist)
     pristine = {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
     out = _outputs(launcher(**kwargs))
-    ref64, eager = references(spec, pristine)
+    refs = references(spec, pristine)
     for k, v in kwargs.items():  # inputs untouched
         if isinstance(v, torch.Tensor):
             assert torch.equal(v, pristine[k]), f"{op} modified its input {k}"
-    why = verdict(out, ref64, eager)
+    why = verdict(out, refs)
     assert why is None, f"{op} {shape} {dtype} {dist}: {why}"
     return out
