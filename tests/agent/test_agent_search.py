@@ -305,6 +305,7 @@ def test_search_finds_the_planted_win_through_the_real_evaluator(tmp_path):
     policy = Policy()
     policy.agent.max_wall_s, policy.agent.max_iterations, policy.agent.target_fraction_of_peak = SLOW_WALL_S, 2, 1.0
     policy.bench.max_time_s = 10.0
+    policy.bench.job_time_s = 0.3  # timed CPU seconds per bench job (default 1.0): the 2x win stands out at 0.3
     policy.gate.max_rows = 0  # no production-range sweep (M up to 1024: tests/gate/test_gate_coverage.py)
     run_dir = tmp_path / "run"
     ev = SandboxEvaluator(run_dir, policy, layout=Layout(root),

@@ -23,6 +23,7 @@ POLICY = """agent:
   max_wall_s: 1200
 bench:
   max_time_s: 8
+  job_time_s: 0.3
 e2e:
   max_new_tokens: 4
   prompts: ["What is the capital of France?"]
