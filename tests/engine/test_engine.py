@@ -36,13 +36,14 @@ def test_tiny_triton_matches_reference(tiny_pair):
 
 
 def test_batched_equals_unbatched(tiny_pair):
-    """Left padding must not change any row's result: same greedy tokens alone and in a batch."""
+    """Left padding must not change any row's result: same greedy tokens alone and in a batch (3 tokens: the prefill's
+    and two decode steps')."""
     _, tri = tiny_pair
     rows = [tri.encode_prompt(p) for p in PROMPTS]
     assert len({len(r) for r in rows}) > 1  # the batch really is ragged
-    batched = generate(tri.model, tri.tokenizer, rows, 6).new_ids
+    batched = generate(tri.model, tri.tokenizer, rows, 3).new_ids
     for r, want in zip(rows, batched):
-        assert generate(tri.model, tri.tokenizer, [r], 6).new_ids[0] == want
+        assert generate(tri.model, tri.tokenizer, [r], 3).new_ids[0] == want
 
 
 def test_seeded_sampling_is_reproducible(tiny_pair):
