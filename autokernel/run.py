@@ -269,6 +269,20 @@ def fits(op: str, t: dict, pol, console: Console) -> bool:
     return True
 
 
+def searchable(op: str, provider: str, layout: paths.Layout, console: Console) -> bool:
+    """Can the agent work on this op? The offline search only retunes launch meta-parameters (agent/search.py
+    find_knobs); a kernel with none gives it nothing to try, so the op is skipped (an LLM provider rewrites it) and
+    the run's top_k_ops are ops it can work on."""
+    if provider != "search":
+        return True
+    from autokernel.agent.search import find_knobs
+    if find_knobs(layout.kernel_file(op).read_text(), launch_options=device.is_cuda()):
+        return True
+    console.print(f"[yellow]skipping {op}: its kernel has no launch meta-parameters for the offline search to "
+                  "retune; an LLM agent (--agent) can rewrite it[/]")
+    return False
+
+
 def context(*, agent, model, base_url, repo, policy_file, console, yes=False, interactive=False, llm=None,
             make_evaluator=None, nightly: bool = False, cluster: str | None = None) -> Context:
     """Everything checked before any slow step (exit 2, one line): the checkout (a git work tree with kernels/), the
@@ -330,6 +344,7 @@ def pipeline(ctx: Context, *, op: Optional[str], resume: Optional[Path], trace: 
     print_rank(t, ranked)
     if not state.ops:
         state.ops = [op] if op else [r.op for r in ranked if r.status == "target" and fits(r.op, t, pol, console)
+                                     and searchable(r.op, ctx.settings.provider, layout, console)
                                      ][: pol.agent.top_k_ops]
         state.save()
     outcomes = []

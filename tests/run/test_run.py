@@ -79,3 +79,22 @@ def test_nightly_writes_summary_and_pr(clone, trace, tmp_path):
 def test_bad_input_exits_2_without_traceback(args, needle):
     r = subprocess.run(CLI + args, capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert r.returncode == 2 and needle in r.stderr and "Traceback" not in r.stderr, r.stderr[-1000:]
+
+
+def test_the_offline_search_skips_ops_it_cannot_retune(tmp_path):
+    """The offline search only retunes launch meta-parameters: an op whose kernel has none (add_rmsnorm: its block
+    is next_power_of_2(N)) is skipped for it, so `autokernel run` goes on to the next ranked op; an LLM keeps it."""
+    import shutil
+
+    from rich.console import Console
+
+    from autokernel import paths
+    from autokernel.run import searchable
+    root = tmp_path / "checkout"
+    shutil.copytree(Path(__file__).parents[2] / "kernels", root / "kernels")
+    layout, out = paths.Layout(root), Console(file=open(tmp_path / "out.txt", "w"), width=200)  # noqa: SIM115
+    assert not searchable("add_rmsnorm", "search", layout, out)
+    assert searchable("attention_decode", "search", layout, out)  # BLOCK_N
+    assert searchable("add_rmsnorm", "anthropic", layout, out)
+    out.file.close()
+    assert "skipping add_rmsnorm: its kernel has no launch meta-parameters" in (tmp_path / "out.txt").read_text()
