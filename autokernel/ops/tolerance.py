@@ -17,6 +17,8 @@ from typing import Callable
 
 import torch
 
+from autokernel.ops.spec import upcast
+
 EAGER_FACTOR = 2.0  # flash-attention's test_layer_norm.py rule
 ULPS = 4.0  # few-ulp slack, relative to the output's max magnitude
 # When eager torch itself breaks on an input (an fp16 x.pow(2) overflowing to inf, so a row comes out zero), 2x its
@@ -76,8 +78,9 @@ def compare(out: torch.Tensor, ref64: torch.Tensor, eager: torch.Tensor, dtype: 
 
 @dataclass(frozen=True)
 class References:
-    """What one call's outputs are judged against (judge(outs, *refs)): the float64 truth, eager torch in the call's
-    dtype, and per output the op's float32 rounding floor (OpSpec.rounding) or None."""
+    """What one call's outputs are judged against (judge(outs, r.ref64, r.eager, unwritten, r.floors)): the float64
+    truth, eager torch in the call's dtype, and per output the op's float32 rounding floor (OpSpec.rounding) or
+    None."""
     ref64: list
     eager: list
     floors: list
@@ -88,7 +91,6 @@ def references(spec, kwargs: dict) -> References:
     the tensors a kernel gets). The one place the gate, the benchmark and the kernel tests get them from."""
     def outs(r):
         return list(r) if isinstance(r, (tuple, list)) else [r]
-    from autokernel.ops.spec import upcast
     ref64 = outs(spec.reference(**upcast(kwargs)))
     eager = outs(spec.reference(**{k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}))
     floors = outs(spec.rounding(**upcast(kwargs))) if spec.rounding is not None else [None] * len(ref64)
