@@ -214,12 +214,20 @@ def test_four_gate_jobs_in_parallel_survive_killed_workers(local_ray, tmp_path):
 @one_instance
 @pytest.mark.slow
 def test_a_job_past_its_time_is_cancelled_and_reported(local_ray, tmp_path):
+    # The job must outlast its limit on any machine: a 1 s limit against a sandbox start (a fresh interpreter importing
+    # torch and triton) plus 6 distributions x 2 dtypes x 2 shapes of numeric cases. On a fast 2-core machine this job
+    # takes 6 s uncancelled; the 1-case job that this test used with a 3 s limit took 2.2 s there and finished.
+    from autokernel.gate.numeric import DISTS
     policy = _policy(retries=1).model_copy(update={"cluster": Policy().cluster.model_copy(
-        update={"retries": 1, "job_timeout_s": 3.0})})
+        update={"retries": 1, "job_timeout_s": 1.0})})
+    heavy = {"dists": list(DISTS), "dtypes": [torch.float32, torch.float16],
+             "shapes": [{"M": 16, "N": 4096}, {"M": 64, "N": 1536}]}
     rc = cluster.RayCluster(None, policy)
     t0 = time.monotonic()
-    (res,) = rc.gate_jobs(_jobs(tmp_path, 1, policy))
-    assert not res.ok and res.reason == "cluster.timeout" and "cluster.job_timeout_s = 3 s" in res.detail
-    assert time.monotonic() - t0 < 30  # not waited on: a gate job here takes ~10 s or more
+    (job,) = _jobs(tmp_path, 1, policy)
+    job.kwargs.update(heavy)
+    (res,) = rc.gate_jobs([job])
+    assert not res.ok and res.reason == "cluster.timeout" and "cluster.job_timeout_s = 1 s" in res.detail
+    assert time.monotonic() - t0 < 30  # cancelled, not waited on
     with pytest.raises(cluster.ClusterError, match="cluster.timeout"):
-        rc.verify("silu_mul", KERNEL, **_jobs(tmp_path / "v", 1, policy)[0].kwargs)
+        rc.verify("silu_mul", KERNEL, **{**_jobs(tmp_path / "v", 1, policy)[0].kwargs, **heavy})
