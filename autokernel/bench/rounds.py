@@ -53,7 +53,7 @@ import numpy as np
 
 from autokernel import device as device_mod
 from autokernel import harness, sandbox
-from autokernel.bench import job, lockstep, roofline
+from autokernel.bench import job, lockstep, roofline, toolchain
 from autokernel.bench.measure import CPU_LABEL, IncumbentFailed, Measurement, judge
 from autokernel.bench.stats import rse_of_median, se_of_weighted_log_ratio
 from autokernel.ops import get
@@ -71,7 +71,6 @@ MAX_ROUNDS = 40
 CLOCK = {"cuda": "event_ms", "cpu": "cpu_ms"}  # the verdict's clock per device; "wall_ms" is always recorded too
 CLOCK_LABEL = {"cuda": "CUDA events", "cpu": "Triton-interpreter CPU time (process CPU time, all threads)"}
 JOB_ENV = {"cuda": {}, "cpu": {"OMP_NUM_THREADS": "1"}}
-COMPILERS = ("ptxas",)  # processes a CUDA job may start (Triton compiles with ptxas) where process creation is allowed
 CHILD_REASONS = ("bench.error", "bench.tampered")  # what a job may say about its own file
 
 
@@ -166,7 +165,7 @@ def _job(op: str, f: Timed, rnd: Round, r: int, k: int, policy: Policy, root: Pa
                                      "seed": rnd.seed, "reps": rnd.reps}
     name = f"round{r:02d}-{k}-{f.role}{'' if f.role == 'incumbent' else f.path.stem}-{secrets.token_hex(2)}"
     job_dir = root / name
-    env = JOB_ENV["cuda" if rnd.clock == CLOCK["cuda"] else "cpu"]
+    env = {**toolchain.cuda_env(), **JOB_ENV["cuda"]} if rnd.clock == CLOCK["cuda"] else JOB_ENV["cpu"]
     job = lockstep.Job(lambda: sandbox.run(ENTRY, payload, job_dir, policy.sandbox, inputs={f"{op}.py": f.source},
                                            env=env))
     job.job_dir = job_dir
@@ -182,8 +181,7 @@ def _record(f: Timed, rnd: Round, r: int, job: lockstep.Job) -> None:
     f.jobs.append({"round": r, "job_dir": str(job.job_dir), "reps": rnd.reps, "wall_s": round(s.wall_s, 3),
                    "cpu_s": round(s.cpu_s, 3), "running_share": round(share, 3), "processes_seen": s.max_processes,
                    "extra_processes": s.extra, "isolation": res.isolation})
-    fork_ok = "fork" in res.isolation.split("+")
-    extra = [p for p in s.extra if not (fork_ok and p.split(" ")[0].startswith(COMPILERS))]
+    extra = toolchain.untrusted(s.procs, fork_allowed="fork" in res.isolation.split("+"))
     if not res.ok:
         status, detail = res.reason or "sandbox.error", line(res.detail, 300)
     elif extra:

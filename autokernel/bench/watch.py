@@ -5,7 +5,7 @@ Seen from the trusted process, so nothing the candidate does in its job can forg
   just the harness without bubblewrap). A sampler thread walks the parent's descendants (/proc/<pid>/task/*/children)
   every ~20-40 ms (jittered) while the job runs and records every other process it finds, with its state. The
   sandbox's seccomp filter already denies process creation to CPU jobs; this is the second line, and it covers
-  CUDA jobs too, where process creation stays allowed for the compiler (ptxas).
+  CUDA jobs too, where process creation stays allowed for the compiler toolchain (autokernel/bench/toolchain.py).
 - **CPU time.** The user+system time of every process of the job (all its threads), read from /proc/<pid>/stat at
   each sample (the last ~30 ms before the job ends are not seen; getrusage cannot be used: the sandbox kills the
   job's processes once the result has arrived, before anyone reaps them), set against the job's wall time.
@@ -28,13 +28,23 @@ LAUNCHERS = ("bwrap",)
 _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
+@dataclass(frozen=True)
+class Proc:
+    """One process of a job other than its harness, as the samples saw it."""
+    name: str  # "comm (state) executable" at its last sample
+    exe: str  # the real path of its executable at its last sample
+    samples: int  # how many samples saw it
+    fork_copy: bool  # at its first sample it ran its parent's executable: forked and not yet exec'd (or never)
+
+
 @dataclass
 class JobStats:
     wall_s: float = 0.0
     cpu_s: float = 0.0  # user + system of the whole job (reaped children), -1 where unknown
     samples: int = 0
     max_processes: int = 0  # the most processes of the job's own seen at once, launchers aside (1: the harness alone)
-    extra: list[str] = field(default_factory=list)  # "name (state)" of every other process seen
+    extra: list[str] = field(default_factory=list)  # the distinct names of `procs`, in the order first seen
+    procs: list[Proc] = field(default_factory=list)  # every other process seen, in the order first seen
 
     @property
     def cpu_per_wall(self) -> float | None:
@@ -57,11 +67,12 @@ def _children(pid: int) -> list[int]:
 
 
 def _describe(pid: int) -> tuple[str, str, str, float] | None:
-    """(executable basename, comm, state letter, CPU seconds of all its threads) of a live process; None if gone."""
+    """(executable's real path, comm, state letter, CPU seconds of all its threads) of a live process; None if gone.
+    The path is as the process sees it; the sandbox binds host directories at their host paths."""
     try:
         with open(f"/proc/{pid}/stat") as f:
             stat = f.read()
-        exe = os.path.basename(os.readlink(f"/proc/{pid}/exe"))
+        exe = os.readlink(f"/proc/{pid}/exe")
     except OSError:
         return None
     comm = stat[stat.find("(") + 1:stat.rfind(")")]
@@ -109,7 +120,7 @@ class Watch:
         self._me = os.getpid()
         self._tid = thread_id
         self._before = set(descendants(self._me)) if thread_id is None else set()
-        self._names: set[str] = set()
+        self._procs: dict[int, dict] = {}  # pid -> Proc fields, updated at each sample that sees it
         self._cpu: dict[int, float] = {}  # the last CPU time read of each process of the job
 
     def _sample(self) -> None:
@@ -119,7 +130,7 @@ class Watch:
         harness forked) and a launcher's second child (an orphan reparented to the namespace's init)."""
         tree = {pid: ppid for pid, ppid in self._tree().items() if pid not in self._before}
         described = {pid: d for pid in tree if (d := _describe(pid)) is not None}
-        launchers = {pid for pid, d in described.items() if d[0] in LAUNCHERS}
+        launchers = {pid for pid, d in described.items() if os.path.basename(d[0]) in LAUNCHERS}
         work = [pid for pid in sorted(described) if pid not in launchers and tree[pid] != self._me]
         firsts = {tree[pid]: pid for pid in reversed(work) if tree[pid] in launchers}  # lowest pid per launcher
         extra = [pid for pid in work if firsts.get(tree[pid]) != pid]
@@ -130,10 +141,11 @@ class Watch:
                 self._cpu[pid] = max(self._cpu.get(pid, 0.0), d[3])
         for pid in extra:
             exe, comm, state, _ = described[pid]
-            name = f"{comm} ({state})"
-            if name not in self._names:
-                self._names.add(name)
-                self.stats.extra.append(name)
+            p = self._procs.get(pid)
+            if p is None:
+                parent = described.get(tree[pid])
+                p = self._procs[pid] = {"samples": 0, "fork_copy": parent is not None and parent[0] == exe}
+            p.update(name=f"{comm} ({state}) {exe}", exe=exe, samples=p["samples"] + 1)
 
     def _tree(self) -> dict[int, int]:
         """{pid: parent pid} of the job's processes and, without a thread_id, of every other process we started."""
@@ -165,3 +177,5 @@ class Watch:
         self._thread.join()
         self.stats.wall_s = time.perf_counter() - self._t0
         self.stats.cpu_s = sum(self._cpu.values()) if self.stats.samples else -1.0
+        self.stats.procs = [Proc(**p) for p in self._procs.values()]
+        self.stats.extra = list(dict.fromkeys(p.name for p in self.stats.procs))
