@@ -2,6 +2,7 @@
 share 3 kv heads, head dim 64)."""
 import torch
 
+from autokernel.ops.rounding import U32
 from autokernel.ops.smollm2 import HEAD_DIM, N_HEAD, N_HEAD_KV
 from autokernel.ops.spec import OpSpec, Shape, elem_size, sample
 
@@ -26,7 +27,6 @@ def reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_start: torch
     return p @ v
 
 
-U32 = torch.finfo(torch.float32).eps / 2  # unit roundoff of the float32 accumulator the kernels use
 
 
 def softmax_rounding(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, visible: torch.Tensor,

@@ -1,6 +1,7 @@
 """lm_head: float32 logits = x @ weight.T over the vocabulary (SmolLM2-135M ties it to the token embedding)."""
 import torch
 
+from autokernel.ops.rounding import dot_rounding
 from autokernel.ops.smollm2 import HIDDEN, VOCAB
 from autokernel.ops.spec import OpSpec, Shape, elem_size, sample
 
@@ -34,5 +35,6 @@ SPEC = OpSpec(
     odd_shapes=({"M": 3, "V": 1823, "K": 431}, {"M": 1, "V": 6, "K": 42}, {"M": 37, "V": 781, "K": 576}),
     doc="Final logits: x (M, K) @ weight (V, K).T -> (M, V) float32 whatever x's dtype. Accumulate in float32. "
         "Protected: never rewritten by the loop.",
+    rounding=dot_rounding,  # float32 accumulation in any order (autokernel/ops/rounding.py)
     extra={"protected": True},
 )

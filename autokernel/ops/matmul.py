@@ -1,6 +1,7 @@
 """matmul: y = x @ weight.T, the model's float projections (q, k, v, o, gate, up, down) in nn.Linear layout."""
 import torch
 
+from autokernel.ops.rounding import dot_rounding
 from autokernel.ops.smollm2 import FFN, HIDDEN, KV
 from autokernel.ops.spec import OpSpec, Shape, elem_size, sample
 
@@ -34,4 +35,5 @@ SPEC = OpSpec(
     odd_shapes=({"M": 3, "N": 123, "K": 431}, {"M": 1, "N": 6, "K": 42}, {"M": 37, "N": 781, "K": 181}),
     doc="y = x @ weight.T: x (M, K), weight (N, K) as nn.Linear stores it, y (M, N) in x's dtype. "
         "Accumulate in float32.",
+    rounding=dot_rounding,  # float32 accumulation in any order (autokernel/ops/rounding.py)
 )

@@ -5,6 +5,7 @@ j < 16, the high nibble of byte j - 16 otherwise), an fp16 scale d and an fp16 m
 """
 import torch
 
+from autokernel.ops.rounding import dot_rounding
 from autokernel.ops.smollm2 import FFN, HIDDEN, KV
 from autokernel.ops.spec import OpSpec, Shape, elem_size, sample
 
@@ -38,6 +39,11 @@ def make_inputs(shape: Shape, dtype, device, gen, dist="normal"):
             "d": d.to(dtype=torch.float16, device=device), "m": m.to(dtype=torch.float16, device=device)}
 
 
+def rounding(x: torch.Tensor, qs: torch.Tensor, d: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
+    """The float32 accumulation floor of x @ W.T (autokernel/ops/rounding.py), W dequantized exactly (float64)."""
+    return dot_rounding(x, dequantize(qs, d, m))
+
+
 def shape_of(x, qs, d, m) -> Shape:
     return {"M": x.shape[0], "N": qs.shape[0], "K": x.shape[1]}
 
@@ -64,4 +70,5 @@ SPEC = OpSpec(
         "d float16 (N, K // 32), m float16 (N, K // 32). For column k, block b = k // 32 and j = k % 32: "
         "byte = qs[n, b * 16 + j % 16], code = byte & 0xF if j < 16 else byte >> 4, W[n, k] = d[n, b] * code + "
         "m[n, b]. y has x's dtype; accumulate in float32.",
+    rounding=rounding,
 )

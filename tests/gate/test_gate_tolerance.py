@@ -96,3 +96,47 @@ def test_ops_without_a_floor_keep_the_bare_rule():
     kw = get("rmsnorm").make_inputs({"M": 4, "N": 64}, torch.float32, "cpu", torch.Generator().manual_seed(0))
     assert references(get("rmsnorm"), kw).floors == [None]
     assert references(SPEC, _case("normal", SPEC.odd_shapes[1])).floors[0] is not None
+
+
+# Long dot products (autokernel/ops/rounding.py): on an H200 the project's own compiled float32 matmul, lm_head and
+# matmul_q4_1 kernels were 1.1-1.5x over the bare rule, against cuBLAS's accurate blocked order. On the CPU, eager is
+# as accurate, and accumulating one product at a time in float32 (what each GPU thread's FMA loop does) shows it.
+DOT_CASES = [("matmul", {"M": 4, "N": 576, "K": 1536}), ("lm_head", {"M": 1, "V": 4096, "K": 576}),
+             ("matmul_q4_1", {"M": 4, "N": 576, "K": 1536})]
+
+
+def _dot_case(op: str, shape: dict, dist: str):
+    spec = get(op)
+    kw = spec.make_inputs(shape, torch.float32, "cpu", torch.Generator().manual_seed(0), dist)
+    if op == "matmul_q4_1":
+        from autokernel.ops.matmul_q4_1 import dequantize
+        w = dequantize(kw["qs"], kw["d"].float(), kw["m"].float())
+    else:
+        w = kw["weight"]
+    return kw["x"], w, references(spec, kw)
+
+
+def _one_product_at_a_time(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    acc = torch.zeros(x.shape[0], w.shape[0])
+    for k in range(x.shape[1]):
+        acc += x[:, k:k + 1] * w[:, k]
+    return acc
+
+
+@pytest.mark.parametrize("op,shape", DOT_CASES, ids=[c[0] for c in DOT_CASES])
+def test_float32_dot_products_in_sequential_order_pass(op, shape):
+    x, w, r = _dot_case(op, shape, "normal")
+    out = _one_product_at_a_time(x, w)
+    assert judge([out], r.ref64, r.eager, None, r.floors).ok
+    bare = judge([out], r.ref64, r.eager, None, [None])  # the bare rule rejects this valid order: the floor matters
+    assert bare.reason == "numeric.mismatch", bare.detail
+
+
+@pytest.mark.parametrize("dist", ["normal", "near_constant", "wide", "sparse", "tiny"])
+@pytest.mark.parametrize("op,shape", DOT_CASES, ids=[c[0] for c in DOT_CASES])
+def test_dot_products_in_a_narrower_precision_are_still_rejected(op, shape, dist):
+    x, w, r = _dot_case(op, shape, dist)
+    for narrow in (torch.float16, torch.bfloat16):  # fp16 rounds operands as tf32 does (10 mantissa bits)
+        out = x.to(narrow).float() @ w.to(narrow).float().T
+        j = judge([out], r.ref64, r.eager, None, r.floors)
+        assert j.reason == "numeric.mismatch", (narrow, j.detail)

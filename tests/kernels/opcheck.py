@@ -4,8 +4,13 @@ import importlib
 
 import torch
 
+from autokernel import device
 from autokernel.ops import get
 from autokernel.ops.tolerance import judge, references
+
+# Where `check` puts its inputs: the GPU on a CUDA machine (compiled kernels: benchmarks/gpu_check.py runs these
+# tests there), else the CPU (the Triton interpreter).
+DEV = "cuda" if device.is_cuda() else "cpu"
 
 
 def _outputs(res):
@@ -22,7 +27,7 @@ def check(op: str, shape: dict, dtype: torch.dtype, dist: str = "normal", seed: 
     spec = get(op)
     launcher = getattr(importlib.import_module(f"kernels.{op}"), op)
     gen = torch.Generator().manual_seed(seed)
-    kwargs = spec.make_inputs(shape, dtype, "cpu", gen, dist)
+    kwargs = spec.make_inputs(shape, dtype, DEV, gen, dist)
     pristine = {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
     out = _outputs(launcher(**kwargs))
     refs = references(spec, pristine)

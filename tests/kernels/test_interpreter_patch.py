@@ -2,6 +2,7 @@
 the same bits as the interpreter as shipped, for every kernel of the project, and skips the repeats it claims to."""
 import importlib
 import math
+import os
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,8 @@ from triton.runtime import interpreter
 import kernels
 from autokernel.ops import get
 
+pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",
+                                reason="about the Triton interpreter; kernels are compiled here")
 OPS = sorted(p.stem for p in Path(kernels.__path__[0]).glob("*.py") if not p.stem.startswith("_"))
 
 
