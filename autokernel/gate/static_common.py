@@ -22,6 +22,25 @@ def parse(source: str | bytes) -> ast.Module:
         return ast.parse(source)
 
 
+class BadStatement:
+    """What both grammars (the kernel's and the launcher's) do with a statement they do not allow: their own
+    `reject` records the finding, then what the statement holds is still checked with their `body` and `expr`, so
+    every finding is reported, not only the first."""
+
+    def bad_stmt(self, s: ast.stmt) -> None:
+        self.reject(s)
+        if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            return  # its own scope: the definition is the finding
+        for name in ("body", "orelse", "finalbody"):
+            self.body(getattr(s, name, None) or [])
+        for h in getattr(s, "handlers", None) or []:
+            self.body(h.body)
+        for item in getattr(s, "items", None) or []:
+            self.expr(item.context_expr)
+        if isinstance(s, ast.While):
+            self.expr(s.test)
+
+
 TYPE_NAMES = {f"torch.{t}" for t in A.TORCH_TYPES} | {"triton.language.constexpr", "triton.language.tensor"}
 
 

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from autokernel.gate import allowlist as A
 from autokernel.gate.static_common import (
+    BadStatement,
     check_annotation,
     check_arguments,
     in_compares,
@@ -61,7 +62,7 @@ def check_launcher(fn: ast.FunctionDef, facts: Facts) -> None:
     shape_special_cases(fn, facts)
 
 
-class _Host(Kinds):
+class _Host(Kinds, BadStatement):
     """The statement half of a launcher checker (expressions: static_kinds.Kinds)."""
 
     def __init__(self, fn: ast.FunctionDef, facts: Facts, params: dict[str, frozenset]):
@@ -161,19 +162,6 @@ class _Host(Kinds):
             pass
         else:
             self.bad_stmt(s)
-
-    def bad_stmt(self, s: ast.stmt) -> None:
-        self.reject(s)
-        if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            return  # its own scope: the definition is the finding
-        for name in ("body", "orelse", "finalbody"):  # every finding, not only the first: check what it holds
-            self.body(getattr(s, name, None) or [])
-        for h in getattr(s, "handlers", None) or []:
-            self.body(h.body)
-        for item in getattr(s, "items", None) or []:
-            self.expr(item.context_expr)
-        if isinstance(s, ast.While):
-            self.expr(s.test)
 
     def reject(self, s: ast.stmt) -> None:
         kind = type(s).__name__

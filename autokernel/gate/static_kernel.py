@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from autokernel.gate import allowlist as A
 from autokernel.gate.static_common import (
+    BadStatement,
     check_annotation,
     check_arguments,
     in_compares,
@@ -40,7 +41,7 @@ def check_kernel(fn: ast.FunctionDef, facts: Facts) -> None:
     _Kernel(fn, facts).run()
 
 
-class _Kernel:
+class _Kernel(BadStatement):
     def __init__(self, fn: ast.FunctionDef, facts: Facts):
         self.fn, self.facts = fn, facts
         a = fn.args
@@ -114,19 +115,6 @@ class _Kernel:
     def body(self, stmts: list[ast.stmt]) -> None:
         for s in stmts:
             self.stmt(s)
-
-    def bad_stmt(self, s: ast.stmt) -> None:
-        self.reject(s)
-        if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            return  # its own scope: the definition is the finding
-        for name in ("body", "orelse", "finalbody"):  # every finding, not only the first: check what it holds
-            self.body(getattr(s, name, None) or [])
-        for h in getattr(s, "handlers", None) or []:
-            self.body(h.body)
-        for item in getattr(s, "items", None) or []:
-            self.expr(item.context_expr)
-        if isinstance(s, ast.While):
-            self.expr(s.test)
 
     def reject(self, s: ast.stmt) -> None:
         kind = type(s).__name__
