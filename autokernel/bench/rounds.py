@@ -181,7 +181,7 @@ def _record(f: Timed, rnd: Round, r: int, job: lockstep.Job) -> None:
     f.jobs.append({"round": r, "job_dir": str(job.job_dir), "reps": rnd.reps, "wall_s": round(s.wall_s, 3),
                    "cpu_s": round(s.cpu_s, 3), "running_share": round(share, 3), "processes_seen": s.max_processes,
                    "extra_processes": s.extra, "isolation": res.isolation})
-    extra = toolchain.untrusted(s.procs, fork_allowed="fork" in res.isolation.split("+"))
+    extra = toolchain.untrusted(s.procs, toolchain.may_fork(res.isolation, cuda=rnd.clock == CLOCK["cuda"]))
     if not res.ok:
         status, detail = res.reason or "sandbox.error", line(res.detail, 300)
     elif extra:

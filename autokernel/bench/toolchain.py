@@ -82,6 +82,14 @@ def cuda_env() -> dict[str, str]:
     return {"TRITON_LIBCUDA_PATH": dirs[0]} if dirs else {}
 
 
+def may_fork(isolation: str, cuda: bool) -> bool:
+    """Whether a job could create processes, from its isolation label (autokernel/sandbox/__init__.py): "+fork" where
+    the seccomp filter allows it (CUDA), or a CUDA job with no seccomp filter at all (no bubblewrap on a GPU host:
+    nothing denies process creation, and Triton must still compile). A CPU job never needs a process."""
+    parts = isolation.split("+")
+    return "fork" in parts or (cuda and "seccomp" not in parts)
+
+
 def untrusted(procs: list[Proc], fork_allowed: bool) -> list[str]:
     """The names of the processes seen in a job that are tampering: all of them where the job may not create
     processes; else those whose executable is not in the toolchain, except a fork seen once, before its exec (a

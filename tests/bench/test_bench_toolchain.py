@@ -79,3 +79,14 @@ def test_only_a_fork_seen_once_before_its_exec_is_let_pass():
     assert toolchain.untrusted([brief], fork_allowed=False) == [brief.name]
     for p in (Proc(brief.name, py, samples=2, fork_copy=True), Proc(brief.name, py, samples=1, fork_copy=False)):
         assert toolchain.untrusted([p], fork_allowed=True) == [p.name]
+
+
+@pytest.mark.parametrize("isolation,cuda,expected", [
+    ("bwrap+cgroup+seccomp+fork", True, True),  # CUDA under the full sandbox: the filter allows process creation
+    ("bwrap+cgroup+seccomp", True, False),  # sandbox.fork: deny
+    ("subprocess+cgroup", True, True),  # a GPU host without bubblewrap: nothing denies it, and Triton must compile
+    ("bwrap+cgroup+seccomp", False, False),
+    ("subprocess+nproc", False, False),  # CPU: the interpreter starts no process, whatever the isolation
+])
+def test_the_toolchain_is_trusted_only_where_a_cuda_job_could_fork(isolation, cuda, expected):
+    assert toolchain.may_fork(isolation, cuda) is expected
