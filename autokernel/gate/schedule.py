@@ -39,11 +39,17 @@ SWEEP = (1, 2, 3, 5, 7, 13, 31, 61, 127, 257)  # 1, primes, non-multiples of eve
 LARGER_COST_FACTOR = 2.5  # a swept shape costs at most this times the most expensive traced shape
 TWEAK_FRACTION = 1 / 64  # of each tensor's elements changed in place by a "t" refill (at least one)
 DTYPE_DISTS = ("wide", "tiny", "mixed")  # distributions checked in every dtype (the others in the first one)
-# Per-op range-sweep overrides where spec.extra has none: (range dimension or None for no range sweep, base dims).
-# Attention's leading dimensions are batch and sequence (cost quadratic in T: an 8192-token prefill is hours under the
-# interpreter); lm_head's and softmax's rows are sampled positions (one per sequence), over a full vocabulary each.
-RANGE_OVERRIDES: dict[str, tuple[str | None, dict[str, int]]] = {
-    "attention": (None, {}), "attention_decode": (None, {}), "lm_head": (None, {}), "softmax": ("M", {"V": 4099})}
+# Per-op range-sweep overrides where spec.extra has none: (range dimension or None for no range sweep, base dims,
+# dimensions that take the range value too). Attention grows with the sequence: the prefill's tokens T, the decode's
+# filled cache L (its cache size S with it), one batch row (a kernel that reads a fixed number of key blocks is right
+# up to there and wrong past it; the traced sizes stop at ~150 tokens, the model's context is 8192). The prefill keeps
+# one group of 3 query heads: its float64 reference and rounding floor hold several (heads, T, T) matrices (~1.6 GB
+# each at T = 8192 with 3 heads). lm_head's and softmax's rows are sampled positions (one per sequence), over a full
+# vocabulary each.
+RANGE_OVERRIDES: dict[str, tuple[str | None, dict[str, int], tuple[str, ...]]] = {
+    "attention": ("T", {"B": 1, "Hq": 3, "Hkv": 1}, ()), "attention_decode": ("L", {"B": 1}, ("S",)),
+    "lm_head": (None, {}, ()),
+    "softmax": ("M", {"V": 4099}, ())}
 FULL, SINGLE = 3, 1  # the `calls` field of a planned case: a full case, or one fresh call (maybe with a copy)
 
 
@@ -102,7 +108,7 @@ def range_dim(spec: OpSpec, traced: list[dict[str, int]]) -> tuple[str, dict[str
     spec's extra['range_dim'] (default the last swept dimension, e.g. T for rope's (B, T)) on the most expensive
     traced shape, the other swept dimensions at 1 and extra['sweep_base'] / extra['range_base'] applied (other
     dimensions kept small where the op's cost grows with them too: attention's heads, matmul's K)."""
-    override = RANGE_OVERRIDES.get(spec.name, ("", {}))
+    override = RANGE_OVERRIDES.get(spec.name, ("", {}, ()))
     if not traced or spec.extra.get("range_dim", override[0]) is None:
         return None
     base = {**max(traced, key=lambda s: cost(spec, s)), **spec.extra.get("sweep_base", {}),
@@ -133,7 +139,8 @@ def range_shapes(spec: OpSpec, traced: list[dict[str, int]], seed: int, max_rows
         top = max_rows - r.randrange(0, max(max_rows // 64, 1))
         values.add(top if top % 2 or top == 1 else top - 1)
     values |= set(_thresholds.rows(set(thresholds), base, dim, max_rows))
-    return [{**base, dim: v} for v in sorted(values)]
+    tied = RANGE_OVERRIDES.get(spec.name, ("", {}, ()))[2]
+    return [{**base, dim: v, **{t: v for t in tied}} for v in sorted(values)]
 
 
 def plan(spec: OpSpec, shapes: list[dict] | None, dtypes: list[torch.dtype] | None, dists: list[str] | None,
