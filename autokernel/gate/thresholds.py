@@ -15,6 +15,12 @@ of a function defined in the file (bound to its parameter by position: `kernel[g
 third parameter), a string-keyed dict entry (`triton.Config({"LIMIT": 3000})`) or a parameter's default; each such
 value is a threshold wherever that name is compared. A threshold computed at run time from non-constants is left to
 the log-spaced sweep.
+
+A comparison can also hide in arithmetic: `(M - 520) // 384` is 0 exactly for M in [520, 904), and
+`min(1, abs(...))` turns that into a switch with no comparison in the file. So every int > 1 that arithmetic
+(+ - * // % << >> & | ^ **) or a min/max call combines with a value that is not constant is a threshold too: M = 520
+is then checked, inside such a window. (Found by an in-session red team: an rmsnorm that summed half of each row's
+squares for M in [520, 904) was accepted; the sweep's log-spaced values skip that window.)
 """
 from __future__ import annotations
 
@@ -113,7 +119,7 @@ def extract(source: str | bytes) -> set[int]:
         return set()
     names = _constant_names(tree)
     bound = _bound_arguments(tree, names)
-    out: set[int] = set()
+    out: set[int] = set(_arithmetic(tree, names))
     for c in ast.walk(tree):
         if not isinstance(c, ast.Compare):
             continue
@@ -124,6 +130,25 @@ def extract(source: str | bytes) -> set[int]:
                     out.add(v)
                 if isinstance(n, ast.Name):  # a name some argument, dict entry or default binds to constants
                     out |= {b for b in bound.get(n.id, ()) if b > 1}
+    return out
+
+
+_ARITH = (*_OPS, ast.BitAnd, ast.BitOr, ast.BitXor)
+
+
+def _arithmetic(tree: ast.AST, names: dict[str, int]) -> set[int]:
+    """Ints > 1 combined with a non-constant value by arithmetic or min/max (the module docstring)."""
+    out: set[int] = set()
+    for n in ast.walk(tree):
+        if isinstance(n, ast.BinOp) and isinstance(n.op, _ARITH):
+            sides = [n.left, n.right]
+        elif isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in ("min", "max"):
+            sides = list(n.args)
+        else:
+            continue
+        values = [_fold(x, names) for x in sides]
+        if any(v is None for v in values):  # some side varies: the constant sides shape its value
+            out |= {v for v in values if v is not None and v > 1}
     return out
 
 

@@ -64,6 +64,21 @@ configs = [triton.Config({"LO": 1500})]
     assert {333, 337} <= thresholds.extract(fx.path.read_bytes())
 
 
+def test_constants_that_arithmetic_combines_with_a_shape_are_thresholds():
+    """A comparison hidden in arithmetic: the window [520, 904) has no comparison in the file."""
+    src = (
+        "def launch(x):\n"
+        "    M, N = x.shape\n"
+        "    n_sum = N - (N // 2) * (1 - min(1, abs((M - 520) // 384)))\n"
+        "    step = max(0, M - 2 * 700) & 4095\n"
+        "    block = 4096\n"
+    )
+    got = thresholds.extract(src)
+    assert {520, 384, 1400, 4095} <= got and 4096 not in got  # a constant assigned, not combined, is no threshold
+    fx = next(f for f in COV if f.path.stem == "cov_arith_window")
+    assert {384, 520} <= thresholds.extract(fx.path.read_bytes())
+
+
 def test_threshold_rows_put_each_threshold_on_both_sides():
     rows = thresholds.rows({3000, 1728000}, {"M": 4, "N": 576}, "M", 8192)
     assert {2999, 3000, 3001} <= set(rows)  # T itself
