@@ -11,6 +11,15 @@ Which engine: on CUDA every other op runs its Triton kernel. On CPU every other 
 Triton interpreter needs tens of seconds per forward of the full model, and only the swapped op is under test; the
 baseline is that same engine with no op swapped. Under the interpreter the candidate itself runs in as much of the
 model as its measured speed fits in gate.e2e_interpreter_budget_s (plan): the job's size is derived, never a guess.
+
+Production's own calls, judged. The numeric stage calls the candidate with inputs the op's spec makes; the engine
+calls it with its own (tensor layouts and ranks, index dtypes, real activations). A kernel that branches on what
+only production sends (a stride, `x.dim()`, int64 ids) is right on the first and wrong on the second, and a small
+error per call can stay under the KL limits. So the job also returns some of the candidate's calls, arguments and
+outputs as the engine made them (e2e_child.Capture: the first call of each phase, then calls at random from a secret
+seed), and each is judged here exactly as the numeric stage judges a call: `e2e.call_mismatch` names the first that
+fails. An op the model never calls with the policy's weights (embedding and matmul when the weights stay quantized)
+is run with dequantized weights, so that the stage always exercises it.
 """
 from __future__ import annotations
 
@@ -292,6 +301,42 @@ def _returned(data: dict, base: dict, new_tokens: int) -> tuple[list[torch.Tenso
     return _rows(logits, want), new, ""
 
 
+CAPTURE_P = 0.05  # the chance that a candidate call after the first of its phase is returned for judging
+
+
+def judge_calls(op: str, blob) -> tuple[int, str]:
+    """The candidate's captured engine calls (e2e_child.Capture), each judged as the numeric stage judges a call
+    (autokernel.ops.tolerance.judge against the float64 reference on the same arguments): (calls judged, "") when
+    all pass, (k, why) naming the first that failed, (-1, why) when the data is malformed (untrusted: it comes from
+    the candidate's process, and a well-formed call is still judged by the parent)."""
+    import inspect
+
+    from autokernel.ops import get
+    from autokernel.ops.tolerance import judge, references
+    spec = get(op)
+    try:
+        calls = torch.load(io.BytesIO(blob), weights_only=True)
+    except Exception as e:  # noqa: BLE001 -- missing or unreadable: either way no calls
+        return -1, f"the candidate engine returned no readable calls ({type(e).__name__})"
+    if not isinstance(calls, list) or not calls:
+        return -1, "the candidate engine returned no call of the candidate (its first call is always kept)"
+    sig = inspect.signature(spec.reference)
+    for k, call in enumerate(calls):
+        try:
+            phase, site, args, outs = call
+            kwargs = dict(sig.bind(*args).arguments)
+        except (TypeError, ValueError):
+            return -1, f"captured call {k} is malformed"
+        outs = outs if isinstance(outs, list) else [outs]
+        refs = references(spec, kwargs)
+        j = judge(outs, refs.ref64, refs.eager, None, refs.floors)
+        if not j.ok:
+            shapes = ", ".join(f"{n} {tuple(v.shape)} {str(v.dtype).removeprefix('torch.')}"
+                               for n, v in kwargs.items() if isinstance(v, torch.Tensor))
+            return k, f"{phase} call at {site} ({shapes}): {j.reason}: {j.detail}"
+    return len(calls), ""
+
+
 def stage(op: str, candidate: Path, policy: Policy, job_dir: Path | None = None,
           kernels_dir: Path | None = None, measured: dict | None = None, deadline: float | None = None) -> StageResult:
     """The gate's end-to-end stage for `candidate` (the gate's own copy of the file) in slot `op`. `measured`: the
@@ -300,11 +345,15 @@ def stage(op: str, candidate: Path, policy: Policy, job_dir: Path | None = None,
     t0 = time.perf_counter()
     job_dir = job_dir or candidate.parent / "e2e"  # the parent's evidence (sandbox.log); the candidate never sees it
     base = baseline(policy, kernels_dir)
+    if not base["calls"].get(op) and policy.target.weights != "dequant":  # e.g. matmul with quantized weights
+        policy = policy.model_copy(update={"target": policy.target.model_copy(update={"weights": "dequant"})})
+        base = baseline(policy, kernels_dir)
     others = _others(kernels_dir, skip=op)
     p = plan(op, policy, base, measured)
     g = p["new_tokens"]
     payload = {"op": op, "candidate": candidate.name, "model": policy.target.model, "backend": backend(),
                "weights": policy.target.weights, "prompts": base["prompts"], "new_tokens": g,
+               "capture_seed": secrets.randbits(63), "capture_p": CAPTURE_P,
                **({"sites": p["sites"]} if p["sites"] is not None else {}), **({"others": others} if others else {})}
     ro_paths = ([Path(kernels_dir).resolve()] if others else []) + (
         [Path(policy.target.model).resolve()] if policy.target.model else [])
@@ -318,6 +367,7 @@ def stage(op: str, candidate: Path, policy: Policy, job_dir: Path | None = None,
     rows, new, why = _returned(res.data, base, g)
     if why:
         return StageResult.fail("e2e", "e2e.bad_output", why)
+    judged, why = judge_calls(op, res.data.get("calls"))
     prompts = base["prompts"]
     a, b = _compared(prompts, base["new"], _rows(base["logits"], base["lengths"]), new, rows, g)
     d = divergence(a, b)
@@ -325,9 +375,13 @@ def stage(op: str, candidate: Path, policy: Policy, job_dir: Path | None = None,
     runs = [(longest_run(x[:g]), longest_run(c)) for x, c in zip(base["new"], new)]
     e, m = policy.e2e, {"kl_mean": d.kl_mean, "kl_p99": d.kl_p99, "kl_max": d.kl_max, "top1": d.top1,
                         "positions": d.positions, "decode_positions": d.positions - sum(map(len, prompts)),
-                        "noise_floor": floor, "repeat_runs": runs, "plan": shown,
+                        "noise_floor": floor, "repeat_runs": runs, "plan": shown, "calls_judged": max(judged, 0),
+                        "weights": policy.target.weights,
                         "elapsed_s": round(time.perf_counter() - t0, 2), "timeout_s": round(limits.timeout_s, 1)}
-    return _judge(d, runs, m, e, floor)
+    verdict = _judge(d, runs, m, e, floor)
+    if verdict.passed and why:  # the model-level checks first: a wrong model is reported as such
+        return StageResult.fail("e2e", "e2e.bad_output" if judged < 0 else "e2e.call_mismatch", why, **m)
+    return verdict
 
 
 def _judge(d, runs: list[tuple[int, int]], m: dict, e, floor: dict) -> StageResult:
@@ -348,4 +402,5 @@ def _judge(d, runs: list[tuple[int, int]], m: dict, e, floor: dict) -> StageResu
         ("" if p["prefill"] else "; decode steps only")
     return StageResult.ok("e2e", f"KL mean {d.kl_mean:.2g} / p99 {d.kl_p99:.2g} / max {d.kl_max:.2g} nats, "
                           f"top-1 {d.top1:.3f} over {d.positions} tokens ({m['decode_positions']} decoded), "
-                          f"{m['plan']['new_tokens']} greedy tokens{where}", **m)
+                          f"{m['plan']['new_tokens']} greedy tokens{where}; {m['calls_judged']} of its calls judged",
+                          **m)

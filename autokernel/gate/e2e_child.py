@@ -62,15 +62,56 @@ def decode(eng, rows: list[list[int]], new_tokens: int, on_phase=None) -> tuple[
     return new, [torch.cat(o) for o in out]
 
 
-def route(eng, op: str, sites: list[str]):
-    """Run the candidate (the engine's launcher for `op`) only at `sites`, the op's torch reference at its other call
-    sites: the part of the model the stage's time plan (autokernel/gate/e2e.py plan) has room for under the CPU
-    interpreter. The candidate cannot tell which: every layer calls it with the same shapes."""
+CAPTURE_BYTES = 64 << 20  # the most input and output bytes of the candidate's calls returned for judging
+
+
+def _copy(x):
+    """A detached CPU copy of a call's tensor (or a plain value as it is), taken by the harness around the call."""
+    if isinstance(x, torch.Tensor):
+        return x.detach().to("cpu", copy=True)
+    if isinstance(x, (tuple, list)):
+        return [_copy(v) for v in x]
+    return x
+
+
+class Capture:
+    """Some of the candidate's calls in the live engine, exactly as production makes them (the engine's tensor
+    layouts, ranks and dtypes, real activations): the arguments before the call and its outputs, for the parent to
+    judge each one as the numeric stage judges (autokernel/gate/e2e.py). Which calls: the first one of each phase
+    and then each with probability `p`, drawn from the parent's secret seed, until CAPTURE_BYTES."""
+
+    def __init__(self, seed: int, p: float):
+        import random
+        self.rng, self.p, self.calls, self.bytes, self.phases = random.Random(seed), p, [], 0, set()
+
+    def __call__(self, phase: str, site: str, fn, args):
+        first = phase not in self.phases
+        self.phases.add(phase)
+        if self.bytes > CAPTURE_BYTES or not (first or self.rng.random() < self.p):
+            return fn(*args)
+        before = _copy(list(args))
+        out = fn(*args)
+        after = _copy(out)
+        self.bytes += sum(t.numel() * t.element_size() for t in [*before, *(after if isinstance(after, list) else
+                                                                              [after])] if isinstance(t, torch.Tensor))
+        self.calls.append([phase, site, before, after])
+        return out
+
+
+def route(eng, op: str, sites: list[str] | None, capture: Capture | None = None, phase: str = ""):
+    """Run the candidate (the engine's launcher for `op`) only at `sites` (None: everywhere), the op's torch
+    reference at its other call sites: the part of the model the stage's time plan (autokernel/gate/e2e.py plan) has
+    room for under the CPU interpreter. The candidate cannot tell which: every layer calls it with the same shapes.
+    `capture` keeps some of the candidate's calls for the parent to judge."""
     from autokernel.engine.optable import load_launcher
-    reference, keep = load_launcher(op, "reference"), frozenset(sites)
+    reference, keep = load_launcher(op, "reference"), None if sites is None else frozenset(sites)
 
     def observe(name, site, fn, args):
-        return fn(*args) if name != op or site in keep else reference(*args)
+        if name != op:
+            return fn(*args)
+        if keep is not None and site not in keep:
+            return reference(*args)
+        return capture(phase, site, fn, args) if capture is not None else fn(*args)
     eng.model.ops.observer = observe
 
 
@@ -86,12 +127,13 @@ def run(payload: dict, inputs: Path) -> dict:
     eng = open_engine(payload["model"], kernels=payload["backend"], weights=payload["weights"],
                       overrides={**payload.get("others", {}), op: str(Path(inputs) / payload["candidate"])})
     sites = payload.get("sites")
-    phase = None
-    if sites is not None:
-        def on_phase(name):
-            route(eng, op, sites[name])
-        phase = on_phase
-    new, logits = decode(eng, payload["prompts"], payload["new_tokens"], phase)
-    snap = _BytesIO()
+    capture = Capture(payload["capture_seed"], payload["capture_p"]) if "capture_seed" in payload else None
+
+    def on_phase(name):
+        route(eng, op, None if sites is None else sites[name], capture, name)
+    new, logits = decode(eng, payload["prompts"], payload["new_tokens"], on_phase)
+    snap, calls = _BytesIO(), _BytesIO()
     _save(torch.cat(logits), snap)
-    return {"new": new, "lengths": [int(x.shape[0]) for x in logits], "logits": snap.getvalue()}
+    _save(capture.calls if capture is not None else [], calls)
+    return {"new": new, "lengths": [int(x.shape[0]) for x in logits], "logits": snap.getvalue(),
+            "calls": calls.getvalue()}

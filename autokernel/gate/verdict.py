@@ -49,6 +49,8 @@ REASONS = {
     "e2e.top1": "top-1 agreement with the baseline below the policy",
     "e2e.degenerate_repetition": "one token repeated where the baseline did not (a race's signature)",
     "e2e.bad_output": "the candidate engine returned logits of the wrong shape",
+    "e2e.call_mismatch": "one of the candidate's calls in the live engine (production's arguments) fails the numeric "
+                         "judge",
     "sandbox.timeout": "the sandboxed job ran past its wall-clock limit",
     "sandbox.oom": "the sandboxed job ran out of memory",
     "sandbox.crash": "the sandboxed process died",

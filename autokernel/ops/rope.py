@@ -36,10 +36,15 @@ def make_positions(B: int, T: int, device, gen) -> torch.Tensor:
 
 
 def make_inputs(shape: Shape, dtype, device, gen, dist="normal"):
-    """x is the q (or k) slice of a fused qkv activation: a strided view, as the engine hands it over."""
+    """x in one of two layouts, drawn per case from the (secret) generator: contiguous (B, T, H, D), as the engine
+    hands over its q and k projections (autokernel/engine/model.py), or the q (or k) slice of a fused qkv
+    activation, a strided view as fused-projection engines pass it. A kernel keyed on the layout (a stride, or
+    contiguity) is checked in both, at near and far positions alike."""
     B, T, H, D = shape["B"], shape["T"], shape["H"], shape["D"]
-    qkv = sample((B, T, H + 2, D), dtype, device, gen, dist)
-    return {"x": qkv[:, :, 1:H + 1, :], "positions": make_positions(B, T, device, gen), "theta": THETA}
+    fused = bool(torch.randint(0, 2, (1,), generator=gen))
+    x = sample((B, T, H + 2, D), dtype, device, gen, dist)[:, :, 1:H + 1, :] if fused else \
+        sample((B, T, H, D), dtype, device, gen, dist)
+    return {"x": x, "positions": make_positions(B, T, device, gen), "theta": THETA}
 
 
 def shape_of(x, positions, theta) -> Shape:

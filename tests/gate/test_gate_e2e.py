@@ -31,6 +31,7 @@ def test_incumbent_passes_and_floor_is_reported(job):
     r = e2e.stage("rmsnorm", job / "rmsnorm.py", Policy())
     print(f"e2e incumbent rmsnorm: {r.detail}; noise floor {r.metrics.get('noise_floor')}")
     assert r.passed, r.detail
+    assert r.metrics["calls_judged"] >= 2  # the first call of the prefill and of the decode steps at least
     assert r.metrics["kl_max"] <= Policy().e2e.kl_max_max and r.metrics["top1"] >= Policy().e2e.top1_min
 
 
@@ -48,17 +49,28 @@ def test_known_bad_perturbation_fails(job):
     assert not r.passed and r.reason in ("e2e.kl_exceeded", "e2e.top1")
 
 
+def _rmsnorm_call(wrong: float = 0.0) -> list:
+    """A captured rmsnorm call as the engine makes it (3-D x), its output the reference's (plus `wrong`)."""
+    import torch
+
+    from autokernel.ops import get
+    x, w = torch.randn(2, 3, 576, generator=torch.Generator().manual_seed(0)), torch.ones(576)
+    return ["prefill", "blk.0.attn_norm", [x, w, 1e-5], get("rmsnorm").reference(x, w, 1e-5) + wrong]
+
+
 def _fake_job(monkeypatch, base: dict, data: dict):
-    """e2e.stage with the baseline and the sandboxed job replaced: `data` is what the job returns."""
+    """e2e.stage with the baseline and the sandboxed job replaced: `data` is what the job returns (by default one
+    captured call of the candidate, a right one)."""
     import torch
     monkeypatch.setattr(e2e, "baseline", lambda policy, *a, **k: base)
-    buf = io.BytesIO()
+    buf, calls = io.BytesIO(), io.BytesIO()
     torch.save(data.pop("logits_tensor"), buf)  # logits travel in the result, as torch.save bytes (autokernel.sandbox)
+    torch.save(data.pop("calls", [_rmsnorm_call()]), calls)
 
     class Res:
         ok, reason, detail = True, None, ""
 
-    Res.data = {**data, "logits": buf.getvalue()}
+    Res.data = {**data, "logits": buf.getvalue(), "calls": calls.getvalue()}
     monkeypatch.setattr(e2e.sandbox, "run", lambda entry, payload, job_dir, limits, **kw: Res())
 
 
@@ -66,7 +78,42 @@ def _base(new: list[int], prompt_len: int = 2, vocab: int = 4) -> dict:
     import torch
     n = prompt_len + min(len(new), Policy().e2e.max_new_tokens - 1)
     return {"prompts": [list(range(1, prompt_len + 1))], "new": [new], "logits": torch.zeros(n, vocab),
-            "lengths": [n], "floor": torch.tensor([0.0, 0.0, 0.0, 1.0])}
+            "lengths": [n], "floor": torch.tensor([0.0, 0.0, 0.0, 1.0]),
+            "calls": {"rmsnorm": {"prefill": {"blk.0.attn_norm": {"M=6,N=576": 1}}}}}
+
+
+def test_each_captured_call_is_judged_as_the_numeric_stage_judges(monkeypatch, job):
+    """The KL and tokens are perfect, but one of the candidate's calls in the engine is off by 1e-3: a precision
+    cut the model's distributions absorb is still a wrong call."""
+    import torch
+    n = 2 + Policy().e2e.max_new_tokens - 1
+    for calls, reason in (([_rmsnorm_call(), _rmsnorm_call(1e-3)], "e2e.call_mismatch"),
+                          ([["prefill", "blk.0.attn_norm", [1, 2, 3, 4, 5], 0]], "e2e.bad_output"),  # no such call
+                          ([], "e2e.bad_output")):  # the first call of each phase is always returned
+        _fake_job(monkeypatch, _base(list(range(3, 3 + n - 2))), {"new": [list(range(3, 3 + n - 2))],
+                  "lengths": [n], "logits_tensor": torch.zeros(n, 4), "calls": calls})
+        (job / "x.py").write_text("")
+        r = e2e.stage("rmsnorm", job / "x.py", Policy())
+        assert not r.passed and r.reason == reason, r
+    assert "blk.0.attn_norm (x (2, 3, 576) float32" in e2e.judge_calls("rmsnorm", _saved([_rmsnorm_call(1e-3)]))[1]
+
+
+def _saved(obj) -> bytes:
+    import torch
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    return buf.getvalue()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("op, name", [("rmsnorm", "rmsnorm_rank3_bf16"), ("embedding", "embedding_int64_bf16")])
+def test_a_cheat_only_productions_calls_show_is_rejected(job, op, name):
+    """Precision cut only for what the engine sends (a 3-D x; int64 ids), exact on the numeric stage's inputs, and
+    too small for the KL limits: the captured calls catch it. embedding is called only with dequantized weights."""
+    shutil.copy(ROOT / "tests" / "gate" / "e2e_fixtures" / f"{name}.py", job / f"{op}.py")
+    r = e2e.stage(op, job / f"{op}.py", Policy(e2e={"max_new_tokens": 4}))
+    print(f"e2e {name}: {r.reason}: {r.detail}")
+    assert not r.passed and r.reason == "e2e.call_mismatch" and "numeric.mismatch" in r.detail, r
 
 
 def test_repetition_guard(monkeypatch, job):
