@@ -19,18 +19,12 @@ import functools
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 from autokernel.bench.watch import Proc
-from autokernel.sandbox.bwrap import DEFAULT_PATH
+from autokernel.sandbox.bwrap import job_path
 
 COMPILER_PARTS = ("cc1", "as", "collect2", "ld")  # what the C compiler driver runs to build a shared library
-
-
-def _job_path() -> str:
-    """The PATH a sandboxed job has (autokernel/sandbox/bwrap.py env), where Triton looks for its C compiler."""
-    return os.pathsep.join(dict.fromkeys([str(Path(sys.executable).parent), DEFAULT_PATH]))
 
 
 def _ptxas() -> str | None:
@@ -46,7 +40,7 @@ def _ptxas() -> str | None:
 def _compiler_programs() -> list[str]:
     """The C compiler a job's Triton finds (gcc, else clang, on the job's PATH: CC is not passed to jobs) and the
     programs it runs, as the compiler itself names them (-print-prog-name)."""
-    path = _job_path()
+    path = job_path()
     cc = shutil.which("gcc", path=path) or shutil.which("clang", path=path)
     if cc is None:
         return []
@@ -64,7 +58,7 @@ def _compiler_programs() -> list[str]:
 @functools.lru_cache(maxsize=1)
 def programs() -> frozenset[str]:
     """Real paths of the toolchain's executables on this host (only those that exist)."""
-    found = [_ptxas(), *_compiler_programs(), shutil.which("file", path=_job_path())]
+    found = [_ptxas(), *_compiler_programs(), shutil.which("file", path=job_path())]
     return frozenset(os.path.realpath(p) for p in found if p and os.path.isfile(p))
 
 

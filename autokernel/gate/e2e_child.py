@@ -74,6 +74,13 @@ def _copy(x):
     return x
 
 
+def _nbytes(x) -> int:
+    """The tensor bytes in a value _copy made."""
+    if isinstance(x, torch.Tensor):
+        return x.numel() * x.element_size()
+    return sum(map(_nbytes, x)) if isinstance(x, list) else 0
+
+
 class Capture:
     """Some of the candidate's calls in the live engine, exactly as production makes them (the engine's tensor
     layouts, ranks and dtypes, real activations): the arguments before the call and its outputs, for the parent to
@@ -92,8 +99,7 @@ class Capture:
         before = _copy(list(args))
         out = fn(*args)
         after = _copy(out)
-        self.bytes += sum(t.numel() * t.element_size() for t in [*before, *(after if isinstance(after, list) else
-                                                                              [after])] if isinstance(t, torch.Tensor))
+        self.bytes += _nbytes(before) + _nbytes(after)
         self.calls.append([phase, site, before, after])
         return out
 

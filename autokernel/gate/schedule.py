@@ -50,6 +50,7 @@ RANGE_OVERRIDES: dict[str, tuple[str | None, dict[str, int], tuple[str, ...]]] =
     "attention": ("T", {"B": 1, "Hq": 3, "Hkv": 1}, ()), "attention_decode": ("L", {"B": 1}, ("S",)),
     "lm_head": (None, {}, ()),
     "softmax": ("M", {"V": 4099}, ())}
+NO_OVERRIDE: tuple[str, dict[str, int], tuple[str, ...]] = ("", {}, ())  # an op not in RANGE_OVERRIDES
 FULL, SINGLE = 3, 1  # the `calls` field of a planned case: a full case, or one fresh call (maybe with a copy)
 
 
@@ -108,7 +109,7 @@ def range_dim(spec: OpSpec, traced: list[dict[str, int]]) -> tuple[str, dict[str
     spec's extra['range_dim'] (default the last swept dimension, e.g. T for rope's (B, T)) on the most expensive
     traced shape, the other swept dimensions at 1 and extra['sweep_base'] / extra['range_base'] applied (other
     dimensions kept small where the op's cost grows with them too: attention's heads, matmul's K)."""
-    override = RANGE_OVERRIDES.get(spec.name, ("", {}, ()))
+    override = RANGE_OVERRIDES.get(spec.name, NO_OVERRIDE)
     if not traced or spec.extra.get("range_dim", override[0]) is None:
         return None
     base = {**max(traced, key=lambda s: cost(spec, s)), **spec.extra.get("sweep_base", {}),
@@ -139,7 +140,7 @@ def range_shapes(spec: OpSpec, traced: list[dict[str, int]], seed: int, max_rows
         top = max_rows - r.randrange(0, max(max_rows // 64, 1))
         values.add(top if top % 2 or top == 1 else top - 1)
     values |= set(_thresholds.rows(set(thresholds), base, dim, max_rows))
-    tied = RANGE_OVERRIDES.get(spec.name, ("", {}, ()))[2]
+    tied = RANGE_OVERRIDES.get(spec.name, NO_OVERRIDE)[2]
     return [{**base, dim: v, **{t: v for t in tied}} for v in sorted(values)]
 
 

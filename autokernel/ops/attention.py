@@ -27,8 +27,6 @@ def reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_start: torch
     return p @ v
 
 
-
-
 def softmax_rounding(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, visible: torch.Tensor,
                      scale: float) -> torch.Tensor:
     """First-order error, per output element, of softmax(q k^T * scale) v computed with float32 accumulation, for

@@ -41,12 +41,17 @@ def gpu_nodes() -> list[str]:
     return sorted(glob.glob("/dev/nvidia*") + glob.glob("/dev/nvidia-caps/*"))
 
 
+def job_path() -> str:
+    """A job's PATH: the interpreter's directory (the virtualenv's scripts), then the system's."""
+    return os.pathsep.join(dict.fromkeys([str(Path(sys.executable).parent), DEFAULT_PATH]))
+
+
 def env(scratch: str, pythonpath: list[Path], overrides: dict[str, str] | None = None) -> dict[str, str]:
     """The child's whole environment: an allowlist, never a copy of ours with secrets removed. Every cache and
     temporary path points into the job's own scratch directory, which no other job sees."""
     out = {k: os.environ[k] for k in ENV_PASSTHROUGH if k in os.environ}
     out.update({
-        "PATH": os.pathsep.join(dict.fromkeys([str(Path(sys.executable).parent), DEFAULT_PATH])),
+        "PATH": job_path(),
         "HOME": scratch,
         "TMPDIR": scratch,
         "PYTHONPATH": os.pathsep.join(str(p) for p in [INSTALLED, *pythonpath]),
