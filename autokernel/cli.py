@@ -68,12 +68,15 @@ def bench(
     incumbent: Optional[Path] = typer.Option(None, help="The file to compare against (default: kernels/<op>.py of "
                                                         "the checkout here); e.g. a base commit's kernel from "
                                                         "`git show BASE:kernels/<op>.py`."),
+    policy_file: Optional[Path] = typer.Option(None, "--policy", help="policies.yaml to use instead of the "
+                                                                      "checkout's (trusted: your own choice)."),
 ):
     """A/B timing of the incumbent against candidates, each file in fresh sandboxed processes, with confidence
     intervals over rounds. Exit 0 if one wins; 1 if none wins or the gate's static stage refuses a candidate (then
     nothing is timed); 2 on bad input."""
     from autokernel.bench.command import bench_command
-    raise typer.Exit(bench_command(op, list(candidates or []), trace, as_json, incumbent=incumbent))
+    raise typer.Exit(bench_command(op, list(candidates or []), trace, as_json, incumbent=incumbent,
+                                   policy_file=policy_file))
 
 
 @app.command("agent")

@@ -280,7 +280,9 @@ def _kernels(kernels_dir) -> dict[str, bytes] | None:
     end-to-end stage), shipped so that a node needs no copy of the checkout."""
     if kernels_dir is None:
         return None
-    return {p.name: p.read_bytes() for p in sorted(Path(kernels_dir).glob("*.py")) if p.is_file()}
+    from autokernel import paths  # each a regular file inside the checkout (trust rule 6), else exit 2
+    root = Path(kernels_dir).absolute().parent
+    return {p.name: paths.read_bytes(p, root) for p in sorted(Path(kernels_dir).glob("*.py"))}
 
 
 # --- on the node: trusted code in the Ray worker, which starts the sandbox there ------------------------------------

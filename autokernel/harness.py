@@ -97,6 +97,7 @@ class NumericReport(TypedDict, total=False):
     ops: dict[str, int]
     candidate_s: float
     stopped: bool  # the soft deadline stopped the calls (the parent counts what came back, not this)
+    coverage: dict[str, int]  # site key -> bits the probes saw (autokernel/gate/coverage.py)
 
 
 class BenchPayload(TypedDict):
@@ -142,12 +143,13 @@ def describe(e: BaseException) -> str:
 
 # --- the candidate ---------------------------------------------------------------------------------------------------
 
-def import_candidate(op: str, path: Path, watch=None) -> types.ModuleType:
+def import_candidate(op: str, path: Path, watch=None, compile_source=None) -> types.ModuleType:
     """Execute the candidate file as `kernels.<op>` (autokernel.kernel_loader), inside `watch` (a context manager:
-    the gate's aten guard). Whatever it raises is runtime.exception."""
+    the gate's aten guard); compile_source: the gate's coverage probes (kernel_loader.load_kernel). Whatever it
+    raises is runtime.exception."""
     try:
         with watch if watch is not None else nullcontext():
-            return kernel_loader.load_kernel(op, path)
+            return kernel_loader.load_kernel(op, path, compile_source)
     except BaseException as e:  # noqa: BLE001 -- SystemExit from a candidate is its failure, not the harness's
         raise Reject("runtime.exception", f"{describe(e)} (at import)") from None
 

@@ -41,12 +41,14 @@ def _package() -> types.ModuleType:
     return importlib.import_module(PACKAGE)  # the interpreter switch and the bf16 tl.dot fix, before any kernel
 
 
-def load_kernel(op: str, path: str | Path | None = None) -> types.ModuleType:
+def load_kernel(op: str, path: str | Path | None = None, compile_source=None) -> types.ModuleType:
     """The module `kernels.<op>`, executed from `path` (default: the package's own <op>.py).
 
     The repository's own file, when already loaded from that same file, is reused (what `import kernels.<op>` does);
     any other file is executed afresh and replaces the entry in sys.modules. Raises KernelLoadError when the file's
-    name is not <op>.py; whatever the file itself raises propagates (the caller judges it).
+    name is not <op>.py; whatever the file itself raises propagates (the caller judges it). compile_source:
+    (source text, file name, the module's namespace) -> code object to execute instead of the file's plain
+    compilation (the gate's coverage probes, autokernel/gate/coverage.py); the module is otherwise the same.
     """
     package = _package()
     name = module_name(op)
@@ -63,7 +65,11 @@ def load_kernel(op: str, path: str | Path | None = None) -> types.ModuleType:
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     try:
-        spec.loader.exec_module(module)
+        if compile_source is None:
+            spec.loader.exec_module(module)
+        else:
+            source = importlib.util.decode_source(path.read_bytes())
+            exec(compile_source(source, str(path), vars(module)), vars(module))
     except BaseException:
         sys.modules.pop(name, None)
         raise

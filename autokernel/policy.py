@@ -1,17 +1,23 @@
 """policies.yaml: what the loop may touch and how it judges. Every default is declared here, once."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
-from typing import Literal, Optional
+from typing import Iterable, Literal, Optional
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
 from autokernel.errors import UserError
 
 
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+    _origin: dict[str, str] = PrivateAttr(default_factory=dict)
+    """Where a guarded field's value came from (for_checkout), e.g. the user config's path: warnings name it."""
+
+    def origin(self, name: str) -> str:
+        return self._origin.get(name, "the default")
 
 
 class Target(_Section):
@@ -200,6 +206,15 @@ class Gate(_Section):
     costs ~7 ms
     a program on 2 cores (rmsnorm at 8191 rows: ~60 s a call, measured), so a CPU verdict vouches for the range up to
     this and the full max_rows is checked where the kernels compile (a GPU run of the gate)."""
+    require_coverage: bool = True
+    """Reject (coverage.unreached) a kernel with a block of code the numeric stage never ran, a condition it never
+    saw both true and false, or a min/max that never picked each side (autokernel/gate/coverage.py): the gate proves
+    a kernel only on the paths it ran. Before rejecting, the stage runs up to coverage_cases extra cases steered at
+    what is left (thresholds in the unreached conditions, on every dimension; secret sizes in every octave). Off is
+    for measuring what the defence adds, not for use."""
+    coverage_cases: int = Field(24, ge=0)
+    """The most extra numeric cases the coverage steering may add to one verdict (each one call; a bound on what a
+    candidate's special cases can make the gate spend)."""
     allow_inline_asm: bool = False
     """Let kernels call tl.inline_asm_elementwise (static stage, autokernel/gate/static_kernel.py). Off by default:
     inline PTX is code the grammar cannot read, and the CPU interpreter cannot run it, so the gate could not judge
@@ -218,10 +233,10 @@ class Policy(_Section):
     git: Git = Git()
 
 
-def _line_of(path: Path, loc: tuple) -> int | None:
+def _line_of(text: str, loc: tuple) -> int | None:
     """The YAML line (1-based) of a field path, for error messages."""
     try:
-        node = yaml.compose(path.read_text())
+        node = yaml.compose(text)
     except yaml.YAMLError:
         return None
     line = None
@@ -237,24 +252,172 @@ def _line_of(path: Path, loc: tuple) -> int | None:
     return line
 
 
-def load(path: str | Path | None = None) -> Policy:
-    """Read and validate policies.yaml; a bad file raises UserError naming the field, the line and what is allowed."""
-    if path is None:
-        return Policy()
-    path = Path(path)
-    if not path.is_file():
-        raise UserError(f"{path}: no such policy file")
+def _where(path: Path, text: str, loc: tuple) -> str:
+    line = _line_of(text, loc)
+    return f"{path}:{line}" if line else str(path)
+
+
+def _parse(path: Path, text: str) -> dict:
+    """The file's sections, validated (a bad file raises UserError naming the field, the line and what is allowed)."""
     try:
-        data = yaml.safe_load(path.read_text()) or {}
+        data = yaml.safe_load(text) or {}
     except yaml.YAMLError as e:
         raise UserError(f"{path}: not valid YAML: {str(e).splitlines()[0]}") from None
     if not isinstance(data, dict):
         raise UserError(f"{path}: the top level must be a mapping of sections ({', '.join(Policy.model_fields)})")
     try:
-        return Policy.model_validate(data)
+        Policy.model_validate(data)
     except ValidationError as e:
         err = e.errors()[0]
         field = ".".join(str(p) for p in err["loc"])
-        line = _line_of(path, err["loc"])
-        where = f"{path}:{line}" if line else str(path)
-        raise UserError(f"{where}: field '{field}': {err['msg']}") from None
+        raise UserError(f"{_where(path, text, err['loc'])}: field '{field}': {err['msg']}") from None
+    return data
+
+
+def load(path: str | Path | None = None) -> Policy:
+    """Read and validate one policy file as it is (no layering, no trust rule: `autokernel policy check`, tests);
+    a bad file raises UserError naming the field, the line and what is allowed. Commands use for_checkout()."""
+    if path is None:
+        return Policy()
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"{path}: no such policy file")
+    return Policy.model_validate(_parse(path, path.read_text()))
+
+
+# --- trust rule 6 (docs/design.md): what a checkout's own policies.yaml may set -----------------------------------
+#
+# These fields route the API key, the prompts or the jobs, spend the user's money, weaken the sandbox, or name a file
+# for autokernel to read. They are taken from the trusted sources (the defaults, the user config
+# autokernel.paths.user_config(), a file given with --policy, the command line and the environment); the checkout's
+# policies.yaml is only heard on them when no trusted source set them, and only for a value no weaker than the
+# default: a weaker one stops the command (exit 2) with one line naming the file, the field and where to set it.
+# How a value is weaker than the default: "other" -- any other value; "higher" -- a larger number; a tuple -- the
+# values from weakest to strongest; "inside" -- a path, which from the checkout must name a regular file inside it
+# (it is made absolute, so it no longer depends on the current directory).
+GUARDED: dict[str, tuple[str | tuple[str, ...], str]] = {
+    "agent.provider": ("other", "whose API key is used"),
+    "agent.base_url": ("other", "where your API key and the prompts are sent"),
+    "cluster.address": ("other", "where jobs and the checkout's kernels are sent and results come from"),
+    "agent.prices": ("other", "what the spending budget counts"),
+    "agent.max_usd": ("higher", "how much a session may spend with your key"),
+    "agent.max_tokens": ("higher", "how much a session may spend with your key"),
+    "agent.workers": ("higher", "how many sessions spend with your key at once"),
+    "sandbox.isolation": (("none", "auto", "required"), "how candidate and checkout code is isolated"),
+    "sandbox.fork": (("allow", "auto", "deny"), "how candidate and checkout code is isolated"),
+    **{f"sandbox.{f}": ("higher", "the sandbox's resource limits") for f in
+       ("timeout_s", "memory_mb", "cpu_s", "file_size_mb", "disk_mb", "max_processes")},
+    "target.model": ("inside", "a file autokernel reads"),
+    "target.workload": ("inside", "a file autokernel reads"),
+}
+FLAGS = {"agent.provider": "--agent", "agent.base_url": "--base-url", "cluster.address": "--cluster or RAY_ADDRESS"}
+
+
+def _get(data: dict, name: str):
+    section, field = name.split(".")
+    sec = data.get(section)
+    return sec[field] if isinstance(sec, dict) and field in sec else ...
+
+
+def _weaker(rule, value, default) -> str | None:
+    """How `value` is weaker than `default` under `rule` (a phrase for the message), or None if it is not."""
+    if rule == "other":
+        return None if value == default else f"to anything but its default ({default!r})"
+    if rule == "higher":
+        return None if value is None or (default is not None and value <= default) else f"above {default!r}"
+    if isinstance(rule, tuple):
+        return None if rule.index(value) >= rule.index(default) else f"below {default!r}"
+    return None
+
+
+def _admit(path: Path, text: str, data: dict, root: Path, trusted: set[str]) -> tuple[dict, list[str]]:
+    """The checkout's sections as they may apply, and the refusals (one line each): guarded fields a trusted source
+    sets are dropped (the trusted value wins), a weaker value is refused, a path is checked and made absolute."""
+    from autokernel import paths
+    defaults, refusals = Policy(), []
+    out = {k: dict(v) if isinstance(v, dict) else v for k, v in data.items()}
+    for name, (rule, why) in GUARDED.items():
+        value = _get(data, name)
+        if value is ...:
+            continue
+        section, field = name.split(".")
+        if name in trusted:
+            del out[section][field]
+            continue
+        where = _where(path, text, (section, field))
+        if rule == "inside":
+            try:
+                if value is not None:
+                    out[section][field] = str(paths.regular_inside(Path(root) / str(value), root))
+            except UserError as e:
+                refusals.append(f"{where}: field '{name}': {e}")
+            continue
+        checked = getattr(getattr(Policy.model_validate({section: {field: value}}), section), field)
+        how = _weaker(rule, checked, getattr(getattr(defaults, section), field))
+        if how:
+            flag = f"with {FLAGS[name]}, " if name in FLAGS else ""
+            cfg = paths.user_config() or "$AUTOKERNEL_CONFIG"
+            refusals.append(f"{where}: field '{name}': refused: a checkout's policies.yaml may not set it {how}, "
+                            f"since it decides {why}; set it {flag}in your user config {cfg} or in a file you pass "
+                            "with --policy (docs/design.md, trust rule 6)")
+    return out, refusals
+
+
+def checkout_refusals(path: str | Path) -> list[str]:
+    """What for_checkout would refuse in this file were it a checkout's policies.yaml (`autokernel policy check`)."""
+    path = Path(path)
+    text = path.read_text()
+    return _admit(path, text, _parse(path, text), path.absolute().parent, set())[1]
+
+
+def flags(agent: str | None = None, base_url: str | None = None, cluster: str | None = None) -> list[str]:
+    """The guarded fields the command line (--agent, --base-url, --cluster) or the environment (RAY_ADDRESS) sets,
+    for for_checkout()."""
+    given = {"agent.provider": agent, "agent.base_url": base_url,
+             "cluster.address": cluster or os.environ.get("RAY_ADDRESS")}
+    return [k for k, v in given.items() if v]
+
+
+def for_checkout(root: str | Path | None, explicit: str | Path | None = None, flags: Iterable[str] = ()) -> Policy:
+    """The policy a command runs under: the defaults, then the user config (autokernel.paths.user_config), then
+    `explicit` (--policy FILE, the user's own choice: trusted wherever it lives) or else the checkout's
+    `<root>/policies.yaml` under trust rule 6 (GUARDED above; read as a regular file inside the checkout). `flags`:
+    the guarded fields the command line or the environment sets (--agent, --base-url, --cluster, RAY_ADDRESS), whose
+    checkout values are then moot; the caller applies the flags' values itself (agent.command.agent_settings).
+    Each guarded field's source is recorded on its section (`policy.sandbox.origin("isolation")`)."""
+    from autokernel import paths
+    layers: list[tuple[str, dict]] = []
+    user = paths.user_config()
+    if user is not None and user.is_file():
+        layers.append((str(user), _parse(user, user.read_text())))
+    if explicit is not None:
+        explicit = Path(explicit)
+        if not explicit.is_file():
+            raise UserError(f"{explicit}: no such policy file")
+        layers.append((f"--policy {explicit}", _parse(explicit, explicit.read_text())))
+    trusted = set(flags) | {n for n in GUARDED for _, d in layers if _get(d, n) is not ...}
+    checkout_label = None
+    if explicit is None and root is not None and os.path.lexists(Path(root) / "policies.yaml"):
+        f = Path(root) / "policies.yaml"
+        text = paths.read_text(f, root)
+        data, refusals = _admit(f, text, _parse(f, text), Path(root), trusted)
+        if refusals:
+            more = f" (and {len(refusals) - 1} more: `autokernel policy check {f}` lists them)" if refusals[1:] else ""
+            raise UserError(refusals[0] + more)
+        checkout_label = f"the checkout's {f}"
+        layers.insert(1 if layers else 0, (checkout_label, data))  # the user config, then the checkout
+    merged: dict = {}
+    origin: dict[str, str] = {}
+    for label, data in layers:
+        for section, fields in data.items():
+            merged.setdefault(section, {}).update(fields or {})
+            for field in fields or {}:
+                if f"{section}.{field}" in GUARDED:
+                    origin[f"{section}.{field}"] = label
+    for name in flags:
+        origin[name] = "the command line or the environment"
+    pol = Policy.model_validate(merged)
+    for name, label in origin.items():
+        section, field = name.split(".")
+        getattr(pol, section)._origin[field] = label
+    return pol

@@ -29,7 +29,7 @@ from rich.table import Table
 from autokernel import device, paths
 from autokernel import policy as policy_mod
 from autokernel.errors import UserError
-from autokernel.untrusted import fenced, line, markup, plain
+from autokernel.untrusted import fenced, inert, line, markup, plain
 
 
 @dataclass
@@ -198,11 +198,12 @@ def _deliver_best(op: str, result, session, evaluator, incumbent: Path, op_dir: 
                      f"traces/autokernel/{state.run_dir.name}/{op}.json")
     out = OpOutcome(op, "accepted", line(fb.summary), s.est, [s.lo, s.hi], candidate=fb.path)
     (op_dir / "measurement.json").write_text(json.dumps(m.to_dict(), indent=1, default=str))
-    delivery = _stage_delivery(op_dir, win, best.source, incumbent.read_text(), ctx.layout)
+    incumbent_text = paths.read_text(incumbent, ctx.layout.root)
+    delivery = _stage_delivery(op_dir, win, best.source, incumbent_text, ctx.layout)
     out.delivery, out.pr_body = str(delivery), str(delivery / "pr.md")
     if not pol.git.commit:
         return out
-    console.print(plain("".join(difflib.unified_diff(incumbent.read_text().splitlines(True),
+    console.print(plain("".join(difflib.unified_diff(incumbent_text.splitlines(True),
                                                      best.source.splitlines(True),
                                                      f"a/kernels/{op}.py", f"b/kernels/{op}.py"))), markup=False,
                   soft_wrap=True)
@@ -276,7 +277,7 @@ def searchable(op: str, provider: str, layout: paths.Layout, console: Console) -
     if provider != "search":
         return True
     from autokernel.agent.search import find_knobs
-    if find_knobs(layout.kernel_file(op).read_text(), launch_options=device.is_cuda()):
+    if find_knobs(layout.read_kernel(op), launch_options=device.is_cuda()):
         return True
     console.print(f"[yellow]skipping {op}: its kernel has no launch meta-parameters for the offline search to "
                   "retune; an LLM agent (--agent) can rewrite it[/]")
@@ -299,8 +300,7 @@ def context(*, agent, model, base_url, repo, policy_file, console, yes=False, in
     from autokernel.git import toplevel
     layout = paths.target(repo)
     toplevel(layout.root)  # not a git work tree: exit 2 now, not after the session
-    found = layout.root / "policies.yaml"
-    pol = policy_mod.load(policy_file or (found if found.is_file() else None))
+    pol = policy_mod.for_checkout(layout.root, policy_file, flags=policy_mod.flags(agent, base_url, cluster))
     settings = agent_settings(pol, agent, model, base_url)
     if llm is None:
         preflight(settings.provider, settings.model, settings.base_url)
@@ -442,7 +442,7 @@ def nightly_cmd(
             base = delivery.git(ctx.layout.root, "rev-parse", "--abbrev-ref", "HEAD")
             prs.append(delivery.open_pull_request(delivery.github_slug(ctx.layout.root), o.branch, base,
                                                   body.splitlines()[0].lstrip("# "), body, token, github_api))
-    failed = [f"- {o.op}: {line(o.error, 300)}" for o in outcomes if o.error]
+    failed = [f"- {o.op}: {inert(line(o.error, 300))}" for o in outcomes if o.error]
     pr_md = "\n\n---\n\n".join(Path(o.pr_body).read_text() for o in outcomes if o.pr_body) or (
         "# autokernel nightly: the agent's model failed\n\n" + fenced("\n".join(failed)) + "\n" if failed else
         "# autokernel nightly: no improvement\n\nNo candidate both passed the gate and won the benchmark.\n")

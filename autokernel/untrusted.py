@@ -46,3 +46,43 @@ def fenced(text: object, info: str = "text") -> str:
     longest = max((len(m) for m in re.findall(r"`+", s)), default=0)
     fence = "`" * max(3, longest + 1)
     return f"{fence}{info}\n{s}\n{fence}"
+
+
+def data(value: object) -> object:
+    """A JSON-able value with every string in it (keys too) through plain(), and anything else but numbers, bools
+    and None as its str(), stripped: --json output and verdict.json, whose details a consumer (jq -r, a CI log)
+    would otherwise print with the candidate's escapes intact."""
+    if isinstance(value, str):
+        return plain(value)
+    if isinstance(value, dict):
+        return {plain(k) if isinstance(k, str) else k: data(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [data(v) for v in value]
+    if value is None or isinstance(value, (bool, int, float)):
+        return value
+    return plain(str(value))  # what json.dumps(default=str) would have written, stripped
+
+
+# What GitHub acts on in a commit message or a PR body (and a fence means nothing in a commit message): references
+# #12, GH-12, owner/repo#12 and issue/PR URLs (with a closing keyword before them -- Closes, Fixes, Resolves -- they
+# close the issue when the commit lands on the default branch), @user and @org/team mentions, and trailers such as
+# Co-authored-by: that credit someone. inert() breaks each with one visible space after the sign (#12 -> "# 12",
+# GH-12 -> "GH- 12", @team -> "@ team", Co-authored-by: -> "Co-authored-by :") and defangs URLs (https:// ->
+# hxxps://): no invisible characters (plain() removes those anyway), nothing GitHub links, and a reader still sees
+# what the model wrote. A closing keyword is inert once no reference follows it.
+_GITHUB = re.compile(r"#(?=\d)|\bGH-(?=\d)|@(?=[\w-])|\b(?=[\w-]+-by:)(?P<trailer>[\w-]+-by):|\bhttp(?P<s>s?)://",
+                     re.I)
+
+
+def _defuse(m: re.Match) -> str:
+    if m.group("trailer"):
+        return f"{m.group('trailer')} :"
+    if m.group(0).lower().startswith("http"):
+        return f"hxxp{m.group('s')}://"
+    return m.group(0) + " "
+
+
+def inert(text: object) -> str:
+    """plain(), with nothing GitHub would link, close, mention or credit (see _GITHUB): for model and candidate
+    words in a commit message or a PR body."""
+    return _GITHUB.sub(_defuse, plain(text))

@@ -79,7 +79,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_start: torch
     assert HQ % HKV == 0, f"attention: {HQ} query heads do not share {HKV} kv heads evenly"
     assert kv_start.shape == (B,) and kv_start.dtype == torch.int32, (kv_start.shape, kv_start.dtype)
     BLOCK_G = triton.next_power_of_2(HQ // HKV)  # query heads per kv head, padded
-    BLOCK_D = max(16, triton.next_power_of_2(D))
+    BLOCK_D = 16 * triton.next_power_of_2(triton.cdiv(D, 16))  # a power of 2 >= 16 (tl.dot), without a clamp
     assert BLOCK_G <= 16 and BLOCK_D <= 256, f"attention: group {HQ // HKV} or head dim {D} too large"
     o = torch.empty((B, HQ, T, D), dtype=q.dtype, device=q.device)
     grid = lambda meta: (triton.cdiv(T, meta["BLOCK_M"]), B * HKV)

@@ -32,6 +32,5 @@ def embedding(ids: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         weight = weight.contiguous()
     M, D = flat.numel(), weight.shape[1]
     out = torch.empty((M, D), dtype=weight.dtype, device=weight.device)
-    if M:
-        embedding_kernel[(M,)](flat, weight, out, D, weight.stride(0), out.stride(0), BLOCK_D=256, num_warps=2)
+    embedding_kernel[(M,)](flat, weight, out, D, weight.stride(0), out.stride(0), BLOCK_D=256, num_warps=2)
     return out.reshape(*ids.shape, D)

@@ -38,7 +38,6 @@ def embedding_q8_0(ids: torch.Tensor, qs: torch.Tensor, scales: torch.Tensor, ou
     scales = scales if scales.stride(-1) == 1 else scales.contiguous()
     M = flat.numel()
     out = torch.empty((M, D), dtype=out_dtype, device=qs.device)
-    if M:
-        embedding_q8_0_kernel[(M,)](flat, qs, scales, out, D, qs.stride(0), scales.stride(0), out.stride(0),
-                                    QK=QK, BLOCK_D=256, num_warps=2)
+    embedding_q8_0_kernel[(M,)](flat, qs, scales, out, D, qs.stride(0), scales.stride(0), out.stride(0),
+                                QK=QK, BLOCK_D=256, num_warps=2)
     return out.reshape(*ids.shape, D)

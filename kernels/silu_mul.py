@@ -28,7 +28,6 @@ def silu_mul(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
     g, u = gate.contiguous(), up.contiguous()  # no-ops on the engine's tensors; halves of a fused gate_up get copied
     out = torch.empty(gate.shape, dtype=gate.dtype, device=gate.device)
     n = out.numel()
-    if n:
-        grid = lambda meta: (triton.cdiv(n, meta["BLOCK"]),)
-        silu_mul_kernel[grid](g, u, out, n, BLOCK=1024, num_warps=4)
+    grid = lambda meta: (triton.cdiv(n, meta["BLOCK"]),)
+    silu_mul_kernel[grid](g, u, out, n, BLOCK=1024, num_warps=4)
     return out

@@ -42,7 +42,6 @@ def softmax(logits: torch.Tensor, temperature: float) -> torch.Tensor:
         logits = logits.contiguous()
     M, V = logits.shape
     probs = torch.empty((M, V), dtype=torch.float32, device=logits.device)
-    if probs.numel():
-        softmax_kernel[(M,)](logits, probs, V, logits.stride(0), probs.stride(0), float(temperature),
-                             BLOCK_V=1024, num_warps=4)  # untuned starting point for the autotuner
+    softmax_kernel[(M,)](logits, probs, V, logits.stride(0), probs.stride(0), float(temperature),
+                         BLOCK_V=1024, num_warps=4)  # untuned starting point for the autotuner
     return probs

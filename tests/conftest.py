@@ -16,6 +16,9 @@ from autokernel import device
 device.ensure_interpreter()  # no GPU here: the kernels run through the Triton interpreter (before triton is imported)
 # 2 cores shared with sandboxed children: oversubscribed OpenMP spins (7x slower measured)
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# No user config (autokernel.paths.user_config): a developer's ~/.config/autokernel/policies.yaml must not change what
+# the suite runs; the tests of the trust rule set their own.
+os.environ["AUTOKERNEL_CONFIG"] = ""
 
 ROOT = Path(__file__).resolve().parents[1]
 # The suite's one profile of the real model: two prompts, a batched prefill and one decode step, reference kernels

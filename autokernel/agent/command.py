@@ -31,13 +31,17 @@ from autokernel.untrusted import plain
 
 def check_op(op: str, policy: policy_mod.Policy, layout: paths.Layout | None = None) -> Path:
     """The target's kernels/<op>.py (autokernel.paths; default: the current one), if `op` exists, may be rewritten,
-    and has a kernel file there."""
+    and has a kernel file there that parses; every kernels/*.py must be a regular file inside the checkout (the gate's
+    end-to-end stage reads them all), else UserError (exit 2)."""
     if op not in opspecs.OPS:
         raise UserError(f"unknown op {op!r}; known ops: {', '.join(opspecs.OPS)}")
     ops = policy.ops
     if op in ops.protected or op in ops.deny or (ops.allow is not None and op not in ops.allow):
         raise UserError(f"op {op!r} may not be rewritten: see ops.protected / ops.deny / ops.allow in policies.yaml")
-    return (layout or paths.target()).kernel_file(op)
+    layout = layout or paths.target()
+    layout.read_kernel(op)
+    layout.checked_kernels()
+    return layout.kernel_file(op)
 
 
 def make_model(agent: policy_mod.Agent, seed: int = 0, *, bench: policy_mod.Bench | None = None,
@@ -89,12 +93,14 @@ def start(op: str, settings: policy_mod.Agent, llm: Model | list[Model], evaluat
     models = worker_models(llm, settings, bench)
     if len(models) > 1:
         from autokernel.agent import workers
-        echo(f"agent: {len(models)} workers ({', '.join(m.name for m in models)}) on {op}; budget per worker "
-             f"{settings.max_iterations} candidates, {settings.max_tokens} tokens, ${settings.max_usd:g}; "
-             f"{settings.max_wall_s:g} s; transcripts {run_dir}/worker-*/")
+        names = ", ".join(plain(m.name, 200) for m in models)  # a server's model id: no escapes on the terminal
+        echo(f"agent: {len(models)} workers ({names}) on {op}; budget per worker {settings.max_iterations} "
+             f"candidates, {settings.max_tokens} tokens, ${settings.max_usd:g}; {settings.max_wall_s:g} s; "
+             f"transcripts {run_dir}/worker-*/")
         return workers.run(op, models, evaluator, prompt, settings, run_dir, ledger=ledger, executor=executor)
-    echo(f"agent: {models[0].name} on {op}; budget {settings.max_iterations} candidates, {settings.max_tokens} "
-         f"tokens, ${settings.max_usd:g}, {settings.max_wall_s:g} s; transcript {run_dir / 'transcript.json'}")
+    echo(f"agent: {plain(models[0].name, 200)} on {op}; budget {settings.max_iterations} candidates, "
+         f"{settings.max_tokens} tokens, ${settings.max_usd:g}, {settings.max_wall_s:g} s; "
+         f"transcript {run_dir / 'transcript.json'}")
     session = Session(op, models[0], evaluator, prompt, settings, run_dir, ledger=ledger)
     return session.run(), session
 
@@ -121,14 +127,14 @@ def run_session(op: str, agent: str | None = None, model: str | None = None, bas
     """One session on `op` with its summary printed; the Result carries the best accepted candidate.
 
     `agent` (search | anthropic | openai), `model` and `base_url` override policies.yaml's agent section; `policy`
-    defaults to the target checkout's policies.yaml (autokernel.paths; `repo` names it) when present. `evaluator`
+    defaults to policy.for_checkout on the target checkout (autokernel.paths; `repo` names it): the user config and
+    the checkout's policies.yaml under trust rule 6. `evaluator`
     and `llm` replace the sandboxed gate + bench and the provider (tests). `ledger` (agent/ledger.py) defaults to
     the target's sandbox/ledger.jsonl when the real evaluator judges, else none (an injected evaluator's verdicts
     are not the gate's)."""
     layout = paths.target(repo)
     if policy is None:
-        found = layout.root / "policies.yaml"
-        policy = policy_mod.load(found if found.is_file() else None)
+        policy = policy_mod.for_checkout(layout.root, flags=policy_mod.flags(agent, base_url))
     kernel_file = check_op(op, policy, layout)
     settings = agent_settings(policy, agent, model, base_url)
     run_dir = Path(run_dir) if run_dir else (

@@ -2,14 +2,16 @@
 op, and the sibling kernels that solve a neighbouring problem in the same checkout.
 
 All of it comes from the trusted side: torch's device properties, autokernel/engine/ (the engine's own source, one
-`ops("<op>", site, ...)` call per slot), and the target checkout's kernels/ (the incumbent files, never a candidate).
+`ops("<op>", site, ...)` call per slot), and the target checkout's kernels/ (the incumbent files, never a candidate),
+read as regular files inside the checkout (autokernel.paths.read_text).
 """
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
-from autokernel import device
+from autokernel import device, paths
 from autokernel import ops as opspecs
 from autokernel.paths import PACKAGE
 
@@ -59,8 +61,8 @@ def sibling_sources(op: str, kernels_dir: Path) -> list[dict]:
     out = []
     for o in siblings(op):
         f = kernels_dir / f"{o}.py"
-        if f.is_file():
-            text = f.read_text()
+        if os.path.lexists(f):
+            text = paths.read_text(f, paths.checkout_of(f))  # the checkout's file: regular, inside it (exit 2)
             out.append({"op": o, "source": text if len(text) <= SIBLING_CHARS else
                         text[:SIBLING_CHARS] + "\n# ... (cut)"})
     return out

@@ -16,7 +16,7 @@ import jinja2
 import torch
 import yaml
 
-from autokernel import device
+from autokernel import device, paths
 from autokernel import ops as opspecs
 from autokernel.agent import context
 from autokernel.errors import UserError
@@ -58,6 +58,12 @@ def kernel_path(op: str) -> Path:
     if not path.is_file():
         raise UserError(f"{path}: no kernel file for op {op!r}; the agent rewrites files under kernels/")
     return path
+
+
+def kernel_text(path: Path) -> str:
+    """A checkout's kernels/<op>.py for the prompt: a regular file inside that checkout (autokernel.paths), so a
+    symlink to a file in your home is refused (exit 2), never sent to the model."""
+    return paths.read_text(path, paths.checkout_of(path))
 
 
 def _us(s: float | None) -> str:
@@ -176,7 +182,7 @@ def build(op: str, policy: AgentPolicy, trace: dict | None = None, kernel_file: 
         "op": op, "doc": spec.doc, "reference_source": inspect.getsource(spec.reference).rstrip(),
         "signature": str(inspect.signature(spec.reference)), "tolerance": _tolerance_rule(),
         "dtypes": [str(d).removeprefix("torch.") for d in spec.dtypes], "shapes": rows,
-        "shapes_source": shapes_source, "reasons": _reasons(), "kernel_source": path.read_text(),
+        "shapes_source": shapes_source, "reasons": _reasons(), "kernel_source": kernel_text(path),
         "device": f"{fp['kind']}: {fp.get('gpu') or fp.get('cpu')} (torch {fp['torch']}, triton {fp['triton']})",
         "roofline": f"{gbps}; {gflops or '? FLOP/s'} ({roof.get('source', '?')})",
         "timing_note": fp.get("timing_note") or roof.get("note") or "",

@@ -278,7 +278,10 @@ class _Client:
         self._prices_override = prices
 
     def _named(self, model: str) -> None:
-        self.model, self.name = model, f"{self.provider}:{model}"
+        # self.model is sent back to the server as it listed it; self.name is what is shown and recorded (a server's
+        # model id may carry terminal escapes or GitHub syntax: autokernel.untrusted)
+        from autokernel.untrusted import line
+        self.model, self.name = model, f"{self.provider}:{line(model, 200)}"
         self.prices = price(self.provider, model, self._prices_override, local=bool(self.base_url))
 
     def _models(self) -> list[str] | None:

@@ -4,6 +4,7 @@ timed."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from autokernel.bench.measure import CPU_LABEL, FileResult, IncumbentFailed, Mea
 from autokernel.bench.stats import Interval
 from autokernel.errors import UserError
 from autokernel.ops import OPS, get
+from autokernel.untrusted import data
 from autokernel.untrusted import line as one_line
 from autokernel.untrusted import markup as escape  # markup-escaped AND control characters stripped
 
@@ -36,15 +38,18 @@ def _cases(op: str, trace: Path | None) -> list[dict]:
     return cases
 
 
-def _check_inputs(op: str, candidates: list[Path], incumbent: Path) -> None:
+def _check_inputs(op: str, candidates: list[Path], incumbent: Path, root: Path) -> None:
+    """Bad input is exit 2 before anything runs; the incumbent must be a regular file inside `root` (the checkout's
+    own, or, given with --incumbent, wherever the user keeps it) that parses (autokernel.paths.read_python)."""
     if op not in OPS:
         raise UserError(f"unknown op '{op}'; known ops: {', '.join(OPS)}")
     try:
         get(op)
     except ImportError as e:
         raise UserError(f"op '{op}' has no trusted spec yet (autokernel/ops/{op}.py): {e}") from None
-    if not incumbent.is_file():
+    if not os.path.lexists(incumbent):
         raise UserError(f"{incumbent}: no incumbent kernel for op '{op}'")
+    paths.read_python(incumbent, root)
     for c in candidates:
         if not Path(c).is_file():
             raise UserError(f"{c}: no such candidate file")
@@ -85,21 +90,26 @@ def _print_refused(op: str, refused: list[tuple[Path, object]], as_json: bool) -
 
 def bench_command(op: str, candidates: list[Path], trace: Path | None, as_json: bool, *,
                   policy: policy_mod.Policy | None = None, job_root: Path | None = None,
-                  incumbent: Path | None = None) -> int:
+                  incumbent: Path | None = None, policy_file: Path | None = None) -> int:
     """Benchmark kernels/OP.py against each candidate and print a table (or JSON).
 
-    `policy` defaults to ./policies.yaml when present; `job_root` (where each job's directory goes) to the target
-    checkout's sandbox/ (autokernel.paths); `incumbent` to that checkout's kernels/OP.py (another file, e.g. the
-    base commit's kernel from `git show`, compares a branch against its base).
+    `policy` defaults to policy.for_checkout on the target checkout (or `policy_file`, --policy); `job_root` (where
+    each job's directory goes) to the target checkout's sandbox/ (autokernel.paths: the user's cache directory when
+    there is no checkout here); `incumbent` to that checkout's kernels/OP.py (another file, e.g. the base commit's
+    kernel from `git show`, compares a branch against its base). Exit 2 (with --json, a JSON error object too) on
+    bad input: an incumbent that is not a regular file of the checkout, or does not parse, is named, never quoted.
     """
     candidates = [Path(c) for c in candidates]
-    layout = paths.target()
     try:
-        incumbent = Path(incumbent) if incumbent is not None else layout.kernels / f"{op}.py"
-        _check_inputs(op, candidates, incumbent)
+        layout = paths.target()
+        if incumbent is not None:  # the user's own file (e.g. from `git show`): any regular file that parses
+            incumbent, root = Path(incumbent), Path(incumbent).resolve().parent
+        else:
+            incumbent, root = layout.kernels / f"{op}.py", layout.root
+        _check_inputs(op, candidates, incumbent, root)
         cases = _cases(op, trace)
         if policy is None:
-            policy = policy_mod.load("policies.yaml" if Path("policies.yaml").is_file() else None)
+            policy = policy_mod.for_checkout(layout.root, policy_file)
         refused = _refused(op, candidates, incumbent, policy)
         if refused:
             _print_refused(op, refused, as_json)
@@ -107,9 +117,11 @@ def bench_command(op: str, candidates: list[Path], trace: Path | None, as_json: 
         m = measure(op, candidates, cases, policy, job_root or layout.sandbox, incumbent=incumbent)
     except (UserError, IncumbentFailed) as e:
         print(f"autokernel bench: {one_line(e)}", file=sys.stderr)  # one line, never wrapped
+        if as_json:  # a machine reading stdout still gets JSON
+            print(json.dumps({"op": one_line(op, 100), "error": one_line(e, 1000), "exit_code": 2}, indent=2))
         return 2
     if as_json:
-        print(json.dumps(m.to_dict(), indent=2, default=str))
+        print(json.dumps(data(m.to_dict()), indent=2, default=str))
     else:
         console = Console()
         if not console.is_terminal:  # logs and pipes: rich would wrap the table at 80 columns

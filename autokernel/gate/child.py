@@ -45,6 +45,7 @@ from autokernel.harness import CallRecord, CallSpec, NumericPayload, NumericRepo
 
 device.ensure_interpreter()  # before triton is imported: kernels run through the interpreter without CUDA
 
+from autokernel.gate import coverage  # noqa: E402
 from autokernel.gate.allowlist import ALLOC, COPY, LAUNCH_ONLY, POISONED, VIEW  # noqa: E402  (one table: static too)
 
 ALLOWED_OPS = ALLOC | VIEW | COPY | LAUNCH_ONLY | {"fill_"}  # by name: what the parent re-checks each call's ops for
@@ -310,11 +311,14 @@ def numeric(payload: NumericPayload, inputs) -> NumericReport:
     guard = Guard(payload["poison"])
     hook = LaunchHook(module_name, guard)
     hook.install()
+    recorder = coverage.Recorder()  # the probes' record: what the candidate's code did (autokernel/gate/coverage.py)
+    path = (job / payload["candidate"]).resolve()
+    coverage.install_interpreter(str(path))
     _warm_up(guard)
-    report: NumericReport = {"failure": None, "calls": [], "ops": {}}
+    report: NumericReport = {"failure": None, "calls": [], "ops": {}, "coverage": recorder.seen}
     try:
         before = harness.Snapshot(module_name, STRICT)
-        launcher, after_import = _load(op, job / payload["candidate"], guard, before)
+        launcher, after_import = _load(op, path, guard, before, coverage.compile_instrumented(recorder))
         t0 = _perf()
         report["stopped"] = _run_calls(launcher, payload, job, guard, hook, report["calls"])
         report["candidate_s"] = _perf() - t0
@@ -327,10 +331,10 @@ def numeric(payload: NumericPayload, inputs) -> NumericReport:
     return report
 
 
-def _load(op: str, path: Path, guard: Guard, before: harness.Snapshot):
+def _load(op: str, path: Path, guard: Guard, before: harness.Snapshot, compile_source=None):
     """The candidate's launcher and the snapshot after its import; Reject for what its import did."""
     try:
-        module = harness.import_candidate(op, path, guard)
+        module = harness.import_candidate(op, path, guard, compile_source)
     except Reject:
         if guard.violation:
             raise guard.reject("at import") from None

@@ -1,7 +1,9 @@
-"""`autokernel verify OP CANDIDATE.py [--trace DIR] [--seed S] [--json] [--cluster ADDR]`: exit 0 accepted, 1 rejected,
-2 bad input."""
+"""`autokernel verify OP CANDIDATE.py [--trace DIR] [--seed S] [--json] [--cluster ADDR] [--policy FILE]`: exit 0
+accepted, 1 rejected, 2 bad input."""
 from __future__ import annotations
 
+import json
+import os
 import sys
 from pathlib import Path
 from typing import Optional
@@ -16,15 +18,13 @@ def _traced_shapes(trace: Path, op: str) -> list[dict[str, int]]:
     return trace_mod.shapes(trace_mod.load_trace(trace, check_device=False), op)
 
 
-def _policy():
-    from autokernel.policy import Policy, load
-    return load("policies.yaml") if Path("policies.yaml").is_file() else Policy()
-
-
 def verify_command(op: str, candidate: Path, trace: Path | None = None, seed: int | None = None,
-                   as_json: bool = False, cluster: str | None = None) -> int:
+                   as_json: bool = False, cluster: str | None = None, policy_file: Path | None = None) -> int:
     """Run the gate on one candidate and print the verdict; returns the exit code (0 accepted, 1 rejected, 2 bad
-    input). `cluster`: a Ray address to run the job on (autokernel/cluster.py; RAY_ADDRESS too), else this machine."""
+    input). `cluster`: a Ray address to run the job on (autokernel/cluster.py; RAY_ADDRESS too), else this machine.
+    The checkout is the one verify runs in (autokernel.paths): its policy (policy.for_checkout, or `policy_file`),
+    its kernels/<op>.py's launcher signature (a regular file inside it that parses, else exit 2), its sandbox/ for
+    the run directory (the user's cache directory when there is no checkout here)."""
     from autokernel.ops import OPS
     try:
         if op not in OPS:
@@ -33,25 +33,36 @@ def verify_command(op: str, candidate: Path, trace: Path | None = None, seed: in
         if not candidate.is_file():
             raise UserError(f"{candidate}: no such candidate file")
         shapes = _traced_shapes(Path(trace), op) if trace else None
-        policy = _policy()
         from autokernel import paths
+        from autokernel import policy as policy_mod
         layout = paths.target()  # the signature is the incumbent's of the checkout verify runs in
-        kernels_dir = layout.kernels if (layout.kernels / f"{op}.py").is_file() else None
+        policy = policy_mod.for_checkout(layout.root, policy_file, flags=policy_mod.flags(cluster=cluster))
+        kernels_dir = None
+        if os.path.lexists(layout.kernels / f"{op}.py"):
+            paths.read_python(layout.kernels / f"{op}.py", layout.root)
+            kernels_dir = layout.checked_kernels()
         from autokernel.cluster import executor
         verify = executor(cluster, policy).verify  # gate.verify itself, or the same run as a Ray task
-    except UserError as e:
-        print(f"autokernel verify: error: {e}", file=sys.stderr)
-        return 2
-    try:
         v = verify(op, candidate, shapes=shapes, seed=seed, policy=policy, kernels_dir=kernels_dir)
     except (OSError, UserError) as e:
-        print(f"autokernel verify: error: {e}", file=sys.stderr)
-        return 2
+        return _error(op, candidate, e, as_json)
     if as_json:
         print(v.to_json())
     else:
         show(v)
     return 0 if v.accepted else 1
+
+
+def _error(op: str, candidate, e: Exception, as_json: bool) -> int:
+    """Bad input or environment: one line on stderr (escapes stripped: it may name a checkout's file), and with
+    --json a JSON object on stdout too, so a machine reading stdout still gets JSON. Exit code 2."""
+    from autokernel.untrusted import line
+    msg = line(e, 1000)
+    print(f"autokernel verify: error: {msg}", file=sys.stderr)
+    if as_json:
+        print(json.dumps({"op": line(op, 100), "candidate": line(candidate, 500), "verdict": "error", "error": msg,
+                          "exit_code": 2}, indent=2))
+    return 2
 
 
 def show(v) -> None:
@@ -91,6 +102,9 @@ def register(app) -> None:
                 json_out: bool = typer.Option(False, "--json", help="Print the verdict as JSON."),
                 cluster: Optional[str] = typer.Option(None, help="Run the gate job on this Ray cluster (ray://host:"
                                                                  "10001; default: RAY_ADDRESS, else this machine)."
-                                                      )) -> None:
+                                                      ),
+                policy_file: Optional[Path] = typer.Option(None, "--policy", help="policies.yaml to use instead of "
+                                                           "the checkout's (trusted: your own choice)."),
+                ) -> None:
         """Run the gate (static, runtime, numeric, ...) on a candidate kernel. Exit 0 accepted, 1 rejected."""
-        sys.exit(verify_command(op, candidate, trace, seed, json_out, cluster))
+        sys.exit(verify_command(op, candidate, trace, seed, json_out, cluster, policy_file))

@@ -27,7 +27,7 @@ from typing import Any
 import torch
 
 from autokernel import device, harness
-from autokernel.gate import judge, schedule
+from autokernel.gate import coverage, judge, schedule
 from autokernel.gate.verdict import REASONS, StageResult
 from autokernel.ops.spec import DISTRIBUTIONS, OpSpec
 
@@ -154,6 +154,9 @@ class _Runner:
         self.isolation = ""
         self.call_s: dict[str, float] = {}  # measured seconds per call, by shape (sizes the next chunks, e2e budget)
         self.shape_of: dict[str, dict] = {}
+        self.sites: dict[str, coverage.Site] = {}  # the candidate's coverage sites (set by run when required)
+        self.seen: dict[str, int] = {}  # what every job's probes saw, OR-ed (autokernel/gate/coverage.py)
+        self.steered = 0  # extra cases the coverage steering ran
 
     def chunk(self, chunk: list[Case], est_s: float = 0.0, job: int | None = None, soft_s: float = 0.0,
               groups: tuple[int, ...] = ()) -> list[Case]:
@@ -201,6 +204,7 @@ class _Runner:
             raise _Stop(StageResult.fail("runtime", res.reason or "sandbox.error", res.detail,
                                          isolation=res.isolation, sandbox_s=round(res.wall_s, 3)), None)
         by_id = {c.id: c for c in chunk}
+        coverage.merge(self.seen, res.data.get("coverage"), self.sites)
         try:
             recs = judge.records(res.data, calls)
         except judge.Reject as r:
@@ -315,8 +319,15 @@ FIRST_JOB_SOFT_S = 20.0  # the first job starts no call past this many seconds o
 # bound on what a wrong candidate costs before the parent's first judgement, and the serial part of a long plan
 
 
+@dataclass
+class Cover:
+    """The coverage requirement for one verdict (policy gate.require_coverage, autokernel/gate/coverage.py)."""
+    extra_cases: int  # policy gate.coverage_cases: the steering's budget
+    max_rows: int  # the range dimension's reach (the plan's own)
+
+
 def run(spec: OpSpec, candidate: Path, job_dir: Path, limits, seed: int, planned,
-        sandbox_run=None, bitwise: bool = True) -> tuple[StageResult, StageResult | None]:
+        sandbox_run=None, bitwise: bool = True, cover: Cover | None = None) -> tuple[StageResult, StageResult | None]:
     """Runtime and numeric stages. `candidate` is the gate's copy of the file, named <op>.py; the child imports it
     from the job's input directory. Returns the runtime result and, if runtime passed, the numeric one. `bitwise`:
     policy gate.require_bitwise_determinism.
@@ -326,6 +337,9 @@ def run(spec: OpSpec, candidate: Path, job_dir: Path, limits, seed: int, planned
     it leaves runs after it in chunks sized by the speed it measured, on every sandbox slot at once (one per core, or
     per GPU; _chunked, run_chunks), each chunk a fresh job; failures are reported in plan order, whichever job
     finished first.
+
+    cover: require coverage (autokernel/gate/coverage.py): after the plan, what the probes never saw steers up to
+    cover.extra_cases more cases; what is still unreached then fails the stage (coverage.unreached).
     """
     if sandbox_run is None:
         from autokernel.sandbox import run as sandbox_run
@@ -335,14 +349,26 @@ def run(spec: OpSpec, candidate: Path, job_dir: Path, limits, seed: int, planned
                                                                              "no shape of the op could be checked")
     runner = _Runner(spec, candidate, job_dir, limits, seed, sandbox_run, bitwise and spec.deterministic)
     skipped: dict[str, str] = {}
+    gaps: list = []
     try:
+        if cover is not None:
+            runner.sites = coverage.sites(candidate.read_bytes())
         slots = _lanes(limits)
         run_chunks(runner, _chunked(runner, planned, skipped, len(slots)), slots)
+        if cover is not None:
+            gaps = _steer(runner, planned, skipped, slots, cover)
     except _Stop as stop:
         return _split_time(runner, t0, stop.runtime, stop.numeric)
+    except ValueError as e:  # more coverage sites than any kernel file has (coverage.MAX_SITES)
+        return StageResult.ok("runtime", "not run"), StageResult.fail("numeric", "coverage.unreached", str(e))
     if not runner.cases:
         return runner.runtime_ok(), StageResult.fail("numeric", "numeric.no_cases", "the op's input generator "
                                                      f"refused every shape: {skipped}")
+    if gaps:
+        return _split_time(runner, t0, runner.runtime_ok(), StageResult.fail(
+            "numeric", "coverage.unreached", coverage.describe(gaps, runner.cases),
+            unreached=[{"line": g.line, "kind": g.kind, "text": g.text, "why": why} for g, why in gaps[:20]],
+            **_coverage_metrics(runner)))
     shapes = sorted({json_shape(p[0]) for p in planned} - set(skipped))
     note = f"; skipped {', '.join(skipped)} (the input generator refused it)" if skipped else ""
     det = "bitwise reproducible in any program order" if runner.bitwise else "nondeterminism allowed by policy"
@@ -352,8 +378,37 @@ def run(spec: OpSpec, candidate: Path, job_dir: Path, limits, seed: int, planned
                              cases=runner.cases, calls=runner.calls, shapes=shapes,
                              worst_error_ratio=runner.rounded_worst(), skipped=skipped,
                              call_s={k: round(v, 5) for k, v in runner.call_s.items()},
-                             elapsed_s=round(time.perf_counter() - t0, 3))
+                             elapsed_s=round(time.perf_counter() - t0, 3),
+                             **(_coverage_metrics(runner) if cover is not None else {}))
     return _split_time(runner, t0, runner.runtime_ok(), numeric)
+
+
+STEER_ROUNDS = 3  # round 0: the unreached conditions' own numbers; then secret sizes (coverage.steer)
+
+
+def _steer(runner: _Runner, planned, skipped: dict[str, str], slots: list, cover: Cover) -> list:
+    """Run steered cases while sites stay unreached, the budget lasts and rounds are left; what is unreached then.
+    Kernel bodies are measured only where they run as Python (the interpreter); on CUDA the launcher's sites."""
+    kernels = not device.is_cuda()
+    gaps = coverage.missing(runner.sites, runner.seen, kernels)
+    done = {json_shape(p[0]) for p in planned}
+    start, left = len(planned), cover.extra_cases
+    for round_ in range(STEER_ROUNDS):
+        if not gaps or left <= 0:
+            break
+        extra = coverage.steer(runner.spec, planned, gaps, runner.seed, round_, cover.max_rows, done, DISTS)[:left]
+        if not extra:
+            continue
+        runner.steered += len(extra)
+        run_chunks(runner, _chunked(runner, extra, skipped, len(slots), start), slots)
+        start, left = start + len(extra), left - len(extra)
+        gaps = coverage.missing(runner.sites, runner.seen, kernels)
+    return gaps
+
+
+def _coverage_metrics(runner: _Runner) -> dict:
+    met = sum(1 for s in runner.sites.values() if runner.seen.get(s.key, 0) & coverage.REACHED)
+    return {"coverage_sites": len(runner.sites), "coverage_reached": met, "coverage_steered_cases": runner.steered}
 
 
 def _lanes(limits) -> list:
@@ -378,13 +433,13 @@ class Chunk:
     groups: tuple[int, ...] = ()  # Runner.chunk: the first cases' calls made group by group, before the rest's
 
 
-def _made(runner: _Runner, planned, skipped: dict[str, str]):
+def _made(runner: _Runner, planned, skipped: dict[str, str], start: int = 0):
     """(index, Case) for each planned case, inputs made as each is asked for; a shape the trusted generator refuses (the
-    heuristic larger one, say) is noted in `skipped`."""
+    heuristic larger one, say) is noted in `skipped`. start: the first case's number (its id and its seeds)."""
     for i in range(len(planned)):
         t0 = time.perf_counter()
         try:
-            yield i, make_case(runner.spec, i, planned[i], runner.seed)
+            yield i, make_case(runner.spec, start + i, planned[i], runner.seed)
         except Exception as e:  # noqa: BLE001 -- any refusal of the generator is a skipped shape, not a verdict
             skipped.setdefault(json_shape(planned[i][0]), f"{type(e).__name__}: {e}"[:120])
         finally:
@@ -392,7 +447,7 @@ def _made(runner: _Runner, planned, skipped: dict[str, str]):
                 runner.parent_s += time.perf_counter() - t0
 
 
-def _chunked(runner: _Runner, planned, skipped: dict[str, str], lanes: int):
+def _chunked(runner: _Runner, planned, skipped: dict[str, str], lanes: int, start: int = 0):
     """The jobs of a run, in plan order. Phase 0 is one job with a soft deadline (FIRST_JOB_SOFT_S): the first case's
     calls, then the other smoke cases', then the rest's, as far as CHUNK_BYTES of inputs goes; most wrong candidates
     are turned away there, most small plans end there, and it measures the candidate's speed. Phase 1 is what it
@@ -401,7 +456,8 @@ def _chunked(runner: _Runner, planned, skipped: dict[str, str], lanes: int):
     phase 1."""
     first_smoke = planned[0][1:3]
     n_smoke = next((i for i, p in enumerate(planned) if p[1:3] != first_smoke or p[3] != schedule.FULL), len(planned))
-    made = _made(runner, planned, skipped)
+    made = _made(runner, planned, skipped, start)
+    runner.leftover = []  # an earlier run_chunks' leftovers were run in its own phase 1
     first: list[tuple[int, Case]] = []
     size, pending = 0, None
     for i, c in made:

@@ -20,7 +20,6 @@ from autokernel import device
 from autokernel.gate import numeric, static, thresholds
 from autokernel.gate.verdict import StageResult, Verdict
 from autokernel.ops import get
-from autokernel.paths import INSTALLED_LAYOUT
 from autokernel.policy import Policy
 
 Stage = Callable[[str, Path, Policy], StageResult]
@@ -68,8 +67,9 @@ def _sandboxed(spec, copy: Path, job_dir: Path, policy: Policy, shapes, dtypes, 
     if not torch.cuda.is_available():
         max_rows = min(max_rows, policy.gate.max_rows_interpreter)
     planned = numeric.plan(spec, shapes, dtypes, dists, seed, max_rows, thresholds.extract(source))
+    cover = numeric.Cover(policy.gate.coverage_cases, max_rows) if policy.gate.require_coverage else None
     runtime, num = _timed(numeric.run, spec, copy, job_dir, _capped(policy.sandbox, deadline), seed, planned,
-                          None, policy.gate.require_bitwise_determinism)
+                          None, policy.gate.require_bitwise_determinism, cover)
     return [r for r in (runtime, num) if r is not None]
 
 
@@ -88,8 +88,11 @@ def _stage_args(stage: Stage, results: list[StageResult], kernels_dir, policy: P
 
 
 def default_run_dir(op: str) -> Path:
+    """sandbox/verify-... of the checkout here, or of the user's cache directory when there is none
+    (autokernel.paths.target): never the installed package's directory."""
+    from autokernel import paths
     stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
-    return INSTALLED_LAYOUT.sandbox / f"verify-{stamp}-{op}-{secrets.token_hex(2)}"
+    return paths.target().sandbox / f"verify-{stamp}-{op}-{secrets.token_hex(2)}"
 
 
 def verify(op: str, candidate_path: str | Path, *, shapes: list[dict] | None = None, seed: int | None = None,

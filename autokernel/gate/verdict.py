@@ -45,6 +45,8 @@ REASONS = {
     "numeric.nondeterministic": "two calls on equal inputs gave different bits",
     "numeric.caching": "wrong after the inputs were refilled in place with new values (output cache / replay)",
     "numeric.no_cases": "no shape of the op could be checked",
+    "coverage.unreached": "a block the numeric stage never ran, a condition never seen both true and false, or a "
+                          "min/max that never picked each side, after cases steered at it (gate/coverage.py)",
     "e2e.kl_exceeded": "KL(baseline || candidate) on the live model above the policy (autokernel.gate.e2e)",
     "e2e.top1": "top-1 agreement with the baseline below the policy",
     "e2e.degenerate_repetition": "one token repeated where the baseline did not (a race's signature)",
@@ -114,7 +116,10 @@ class Verdict:
         return d
 
     def to_json(self) -> str:
-        return json.dumps(self.to_dict(), indent=2, default=str)
+        """verify --json and verdict.json: every string stripped of control characters (autokernel.untrusted.data:
+        a detail may quote the candidate's exception text)."""
+        from autokernel.untrusted import data
+        return json.dumps(data(self.to_dict()), indent=2)
 
     def write(self, path: Path) -> None:
         path.write_text(self.to_json() + "\n")

@@ -3,15 +3,17 @@
 Everything here is written by the parent from data it holds itself: the Measurement it computed, the gate's stage
 results as returned in-process (never a verdict.json read back from a directory a candidate could write), the
 device fingerprint, the session's provenance. Text a model or candidate produced (the model's summary, rejection
-details) goes through autokernel.untrusted: control characters stripped, and fenced in Markdown so it is shown,
-never rendered. Repro commands name only repository paths, so they work on a reviewer's machine.
+details, a server's model id) goes through autokernel.untrusted: control characters stripped, fenced in Markdown so
+it is shown, never rendered, and made inert (untrusted.inert) so that no `Closes #1`, `owner/repo#2`, `@team` or
+`Co-authored-by:` in it acts on GitHub: the fence means nothing in a commit message. Repro commands name only
+repository paths, so they work on a reviewer's machine.
 """
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
 
-from autokernel.untrusted import fenced, line
+from autokernel.untrusted import fenced, inert, line
 
 MAX_RATIONALE_CHARS = 1500  # a summary a reviewer reads, not the session: the transcript stays in sandbox/
 
@@ -82,11 +84,13 @@ def plan_line(plan) -> str:
 
 def title(w: Win) -> str:
     s = w.measurement.files[-1].speedup
-    return line(f"autokernel: faster {w.op} ({s.est:.3f}x [{s.lo:.3f}, {s.hi:.3f}], {w.measurement.label})", 200)
+    return inert(line(f"autokernel: faster {w.op} ({s.est:.3f}x [{s.lo:.3f}, {s.hi:.3f}], {w.measurement.label})",
+                      200))
 
 
 def body(w: Win, base: str) -> str:
-    """The commit message body and PR body (Markdown)."""
+    """The commit message body and PR body (Markdown), inert as a whole (module docstring): the trusted lines have
+    nothing GitHub acts on, so the model's words, wherever they sit, cannot either."""
     m, g, op = w.measurement, w.gate, w.op
     stages = ", ".join(f"{s['name']} ({s.get('elapsed_s', 0):.1f} s)" for s in g.get("stages", []))
     out = perf_table(m, op) + ["", "End to end (teacher-forced KL vs the unmodified engine, then a greedy run):",
@@ -106,7 +110,7 @@ def body(w: Win, base: str) -> str:
             f"autokernel bench {op} kernels/{op}.py --incumbent /tmp/base_{op}.py", "```"]
     if w.evidence_path:
         out += ["", f"Evidence: `{w.evidence_path}`" + (f" (profile {line(w.trace_id)})" if w.trace_id else "")]
-    return "\n".join(out)
+    return inert("\n".join(out))
 
 
 def message(w: Win, base: str) -> str:

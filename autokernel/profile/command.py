@@ -12,10 +12,10 @@ from autokernel.profile.profiler import CPU_TIMED_PER_SHAPE
 
 
 def _policy(path: Optional[Path]):
-    from autokernel import policy
-    if path is None and Path("policies.yaml").is_file():
-        path = Path("policies.yaml")
-    return policy.load(path)
+    """--policy FILE, else the checkout's policies.yaml under trust rule 6 (policy.for_checkout): its target.model
+    and target.workload must be files inside it."""
+    from autokernel import paths, policy
+    return policy.for_checkout(paths.target().root, path)
 
 
 def profile_cmd(
@@ -33,8 +33,8 @@ def profile_cmd(
                                                                 "reference and are charged the mean. 0: time every "
                                                                 "call. Default: every call on CUDA, "
                                                                 f"{CPU_TIMED_PER_SHAPE} on the CPU interpreter."),
-    policy_file: Optional[Path] = typer.Option(None, "--policy", help="policies.yaml (default: ./policies.yaml if "
-                                                                      "present)."),
+    policy_file: Optional[Path] = typer.Option(None, "--policy", help="policies.yaml (default: the checkout's"
+                                                                      ", under trust rule 6)."),
 ):
     """Replay a workload on the live engine under torch.profiler; write traces/<run-id>/ (summary.json, trace.json)."""
     from autokernel.profile import profiler, rank, trace
@@ -58,8 +58,8 @@ def rank_cmd(
     plot_file: Optional[Path] = typer.Option(None, "--plot", help="Also draw time-share bars and a roofline chart "
                                                                   "to this PNG."),
     op: Optional[str] = typer.Option(None, help="Show one op's call sites and shape corpus."),
-    policy_file: Optional[Path] = typer.Option(None, "--policy", help="policies.yaml (default: ./policies.yaml if "
-                                                                      "present)."),
+    policy_file: Optional[Path] = typer.Option(None, "--policy", help="policies.yaml (default: the checkout's"
+                                                                      ", under trust rule 6)."),
 ):
     """Rank the trace's kernels by expected end-to-end gain (time share x headroom to the roofline)."""
     from autokernel import ops as opspecs

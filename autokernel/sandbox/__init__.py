@@ -66,7 +66,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
-from autokernel.paths import INSTALLED
+from autokernel.paths import INSTALLED, user_config
 from autokernel.sandbox import bwrap, seccomp
 from autokernel.sandbox.channel import LogTail, drain, parse_frame, wait_exit, write_log
 from autokernel.sandbox.limits import MB, Cgroup, preexec, process_limit
@@ -116,7 +116,7 @@ def _allow_fork(limits: Sandbox, gpu: bool) -> bool:
 
 def _plan(limits: Sandbox, gpu: bool) -> _Plan:
     missing = []
-    why = "sandbox.isolation is 'none'" if limits.isolation == "none" else bwrap.usable()
+    why = f"sandbox.isolation is 'none' ({_chosen(limits)})" if limits.isolation == "none" else bwrap.usable()
     if why:
         missing.append(why)
     sec_why = None if why else seccomp.unavailable()
@@ -128,16 +128,27 @@ def _plan(limits: Sandbox, gpu: bool) -> _Plan:
     return _Plan(why is None, cgroup, why is None and sec_why is None, _allow_fork(limits, gpu), missing)
 
 
-def _warn(missing: list[str]) -> None:
+def _chosen(limits: Sandbox) -> str:
+    """Who set sandbox.isolation (autokernel.policy.for_checkout records it): the user config, a --policy file (the
+    checkout's own, when it lives there), the command line, or the default."""
+    return f"set by {limits.origin('isolation')}"
+
+
+def _warn(missing: list[str], limits: Sandbox) -> None:
     key = "; ".join(missing)
     if key in _warned:
         return
     _warned.add(key)
     bar = "!" * 100
+    if limits.isolation == "none":  # chosen, not missing: installing bubblewrap would change nothing
+        fix = (f"sandbox.isolation: none was {_chosen(limits)}: remove it there (or set 'required') to isolate "
+               "candidate and checkout code again.")
+    else:
+        fix = ("Install bubblewrap (apt-get install bubblewrap) and libseccomp2, or set sandbox.isolation: required "
+               f"in your user config ({user_config() or '$AUTOKERNEL_CONFIG'}) or a --policy file to refuse.")
     sys.stderr.write(f"{bar}\nWARNING: candidate code runs with WEAKER isolation: {key}.\n"
-                     "Without bubblewrap it can read your files, your network and your other processes. Install "
-                     "bubblewrap (apt-get install bubblewrap) and libseccomp2, or set sandbox.isolation: required in "
-                     f"policies.yaml to refuse.\n{bar}\n")
+                     f"Without bubblewrap it can read your files, your network and your other processes. {fix}\n"
+                     f"{bar}\n")
 
 
 def preflight(limits: Sandbox, *, untrusted_author: bool) -> str:
@@ -153,11 +164,13 @@ def preflight(limits: Sandbox, *, untrusted_author: bool) -> str:
     if not plan.missing:
         return plan.label()
     if limits.isolation == "required":
-        raise UserError(f"policies.yaml sandbox.isolation is 'required' but {plan.missing[0]}")
+        raise UserError(f"sandbox.isolation is 'required' ({_chosen(limits)}) but {plan.missing[0]}")
     if untrusted_author and limits.isolation != "none":
         raise UserError(f"refusing to run model-written candidates with weak isolation ({plan.label()}): "
-                        f"{plan.missing[0]}; fix that, or set sandbox.isolation: none in policies.yaml to accept it")
-    _warn(plan.missing)
+                        f"{plan.missing[0]}; fix that, or set sandbox.isolation: none in your user config "
+                        f"({user_config() or '$AUTOKERNEL_CONFIG'}) or a --policy file to accept it (a checkout's "
+                        "policies.yaml cannot)")
+    _warn(plan.missing, limits)
     return plan.label()
 
 
@@ -206,7 +219,7 @@ def run(entry: Callable, payload: dict, job_dir: Path, limits: Sandbox, *, input
                              "'required' (install what is missing, or set it to 'auto')", job_dir=job_dir,
                              isolation=plan.label())
     if plan.missing:
-        _warn(plan.missing)
+        _warn(plan.missing, limits)
     _sweep_once()
     in_dir = Path(tempfile.mkdtemp(prefix=f"autokernel-in-{os.getpid()}-"))
     scratch = None if plan.bwrap else Path(tempfile.mkdtemp(prefix=f"autokernel-job-{os.getpid()}-"))

@@ -34,7 +34,7 @@ def test_a_second_run_skips_the_already_judged_candidate(tmp_path):
     reply = json.loads([m for m in s2.messages if m["role"] == "tool"][0]["content"])
     assert reply["from_ledger"] is True and reply["reason"] == "static.forbidden_import"
     task = model.seen[0][1]["content"]
-    assert "Earlier runs on rmsnorm" in task and "static.forbidden_import (1x)" in task
+    assert "Earlier runs on rmsnorm" in task and "\"static.forbidden_import\" (1x)" in task
     assert "Best measured: " in task and "1.250x (accepted)" in task
 
 

@@ -1,0 +1,494 @@
+"""Coverage as a gate requirement (docs/design.md trust rule 8): a candidate is proven only where the gate looked.
+
+The numeric stage proves a kernel equal to its reference on the cases it runs. A shortcut taken only where no case
+goes (past a size, on trained-looking weights, for one layout) is exact on every case and wrong in production; no
+sampling plan can promise to land in a window the candidate chose. So the gate asks the converse: every place the
+candidate's code can go must have been gone to. Under the Triton interpreter a kernel's body runs as Python, so one
+instrumentation sees the launcher and the kernels alike:
+
+- every block of statements in a function (a def's body, each arm of an if, a loop's body) must have run;
+- every condition must have been seen both true and false: `if`/`while`/ternary tests, each operand of `and`/`or`,
+  every comparison, `&`/`|`/`^` of comparisons, the condition of `tl.where`; elementwise on a kernel's tensors
+  (a mask true in some lanes and false in others is both);
+- every two-way `min`/`max`/`tl.minimum`/`tl.maximum` must have picked each side strictly (a clamp that never bit,
+  or always did, hides the other side).
+
+Exempt: assert statements and an `if` whose body only raises (a guard: its failing side is an exception, never a
+silent wrong answer), and module-level code (it runs once, at import, on constants).
+
+How it is measured (the sandbox child, autokernel/gate/child.py): the candidate's module is compiled from this
+module's transform of its syntax tree (kernel_loader.load_kernel's `transform`), and the interpreter's own rewrite of
+each kernel body (triton's FunctionRewriter, which re-reads the source) gets the same transform first. Each probe
+calls a recorder bound in the module's globals under a name that is not an identifier (RECORDER): no candidate source
+can name it (and the grammar forbids globals() and dunders). Site keys are "line:col:kind" in file coordinates, the
+same in the child's two transforms and in the parent's enumeration (`sites`).
+
+The parent (autokernel/gate/numeric.py) unions what every job saw, steers extra cases toward what is left (`steer`),
+and rejects what stays unreached with `coverage.unreached`, naming the line and the condition.
+"""
+from __future__ import annotations
+
+import ast
+import math
+import random
+import re
+from dataclasses import dataclass
+
+RECORDER = "autokernel coverage"  # the recorder's global name: a space, so no source can name it
+REACHED, TRUE, FALSE, OPAQUE = 1, 2, 4, 8  # bits of a site's record
+PICK_FUNCS = {"min", "max", "minimum", "maximum"}
+MAX_SITES = 4000  # a kernel file has tens to a few hundred; more is an attack on the parent's work (bounded work)
+
+
+@dataclass(frozen=True)
+class Site:
+    key: str  # "line:col:kind"
+    line: int
+    kind: str  # "block" (must run), "cond" (true and false), "pick" (each side strictly)
+    text: str  # the source of the condition or of the block's first statement, for the message
+    kernel: bool  # inside a @triton.jit function (measured only where kernels run as Python: the interpreter)
+
+
+def _is_jit(fn: ast.FunctionDef) -> bool:
+    for d in fn.decorator_list:
+        f = d.func if isinstance(d, ast.Call) else d
+        name = f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", "")
+        if name == "jit":
+            return True
+    return False
+
+
+def _boolish(node: ast.AST) -> bool:
+    return isinstance(node, (ast.Compare, ast.BoolOp)) or (isinstance(node, ast.UnaryOp)
+                                                           and isinstance(node.op, ast.Not))
+
+
+def _bitop(node: ast.AST) -> bool:
+    """`a & b`, `a | b`, `a ^ b` with a comparison or boolean operand: a combined condition (not bit arithmetic)."""
+    return isinstance(node, ast.BinOp) and isinstance(node.op, (ast.BitAnd, ast.BitOr, ast.BitXor)) and (
+        _boolish(node.left) or _boolish(node.right))
+
+
+def _contiguous_of(node: ast.AST, name: str | None = None) -> bool:
+    """`X.contiguous()` (of the name `name`, if given): a copy with the same values."""
+    return (isinstance(node, ast.Call) and not node.args and not node.keywords
+            and isinstance(node.func, ast.Attribute) and node.func.attr == "contiguous"
+            and isinstance(node.func.value, ast.Name) and (name is None or node.func.value.id == name))
+
+
+def _layout_only(node: ast.AST) -> bool:
+    """An `if` whose only effect is `X = X.contiguous()` (no else), or `X if c else X.contiguous()` (either way
+    round): both sides give the same values, so the side the gate never took cannot be wrong where the other is
+    right. Its condition and block are exempt (a layout production never sends is no proof obligation)."""
+    if isinstance(node, ast.If):
+        return not node.orelse and all(
+            isinstance(s, ast.Assign) and len(s.targets) == 1 and isinstance(s.targets[0], ast.Name)
+            and _contiguous_of(s.value, s.targets[0].id) for s in node.body)
+    if isinstance(node, ast.IfExp):
+        a, b = node.body, node.orelse
+        return (isinstance(a, ast.Name) and _contiguous_of(b, a.id)) or (
+            isinstance(b, ast.Name) and _contiguous_of(a, b.id))
+    return False
+
+
+def _callee(node: ast.Call) -> str:
+    return node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+
+
+def _guard(node: ast.If) -> bool:
+    """`if cond: raise ...`: its failing side is an exception (the call fails), never a silent wrong answer."""
+    return len(node.body) == 1 and isinstance(node.body[0], ast.Raise)
+
+
+class Instrument(ast.NodeTransformer):
+    """Adds the probes to a module's (or one kernel function's) tree. `offset`: lines to add to the tree's line
+    numbers for file coordinates (the interpreter parses a kernel from its def line); `kernel`: the tree is one
+    kernel function (the interpreter's re-parse), so everything in it is a kernel site."""
+
+    def __init__(self, source: str = "", offset: int = 0, kernel: bool = False):
+        self.source, self.offset = source, offset
+        self.sites: dict[str, Site] = {}
+        self.depth = 0  # inside a function (module-level code is exempt)
+        self.jit = 1 if kernel else 0  # inside a @triton.jit function
+        self.lines = source.splitlines()
+
+    # --- probes -------------------------------------------------------------------------------------------------------
+    def _key(self, node: ast.AST, kind: str) -> str:
+        line = node.lineno + self.offset
+        key = f"{line}:{node.col_offset}:{kind}"
+        if key not in self.sites:
+            if len(self.sites) >= MAX_SITES:
+                raise ValueError(f"more than {MAX_SITES} coverage sites: not a kernel file")
+            text = ast.get_source_segment(self.source, node) if self.source else None
+            if text is None and 0 < node.lineno <= len(self.lines):
+                text = self.lines[node.lineno - 1].strip()
+            self.sites[key] = Site(key, line, kind, " ".join((text or "").split())[:80], self.jit > 0)
+        return key
+
+    def _rec(self, method: str, key: str, *args: ast.expr) -> ast.Call:
+        fn = ast.Attribute(value=ast.Name(id=RECORDER, ctx=ast.Load()), attr=method, ctx=ast.Load())
+        return ast.Call(func=fn, args=[ast.Constant(key), *args], keywords=[])
+
+    def _cond(self, node: ast.expr) -> ast.expr:
+        """node wrapped as one condition site, its children instrumented (a comparison or a boolean `&` is wrapped
+        once here, not again as itself)."""
+        inner = self.generic_visit(node) if isinstance(node, (ast.Compare, ast.BinOp)) else self.visit(node)
+        return self._wrap(node, inner)
+
+    def _wrap(self, node: ast.expr, inner: ast.expr) -> ast.expr:
+        return ast.copy_location(self._rec("cond", self._key(node, "cond"), inner), node)
+
+    def _block(self, body: list[ast.stmt]) -> list[ast.stmt]:
+        body = [s for stmt in body for s in self._visit_stmt(stmt)]
+        if not body or self.depth == 0:
+            return body
+        doc = int(isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
+                  and isinstance(body[0].value.value, str) and len(body) > 1)  # a docstring stays first
+        probe = ast.Expr(value=self._rec("block", self._key(body[doc], "block")))
+        return [*body[:doc], ast.copy_location(probe, body[doc]), *body[doc:]]
+
+    def _visit_stmt(self, stmt: ast.stmt) -> list[ast.stmt]:
+        out = self.visit(stmt)
+        return out if isinstance(out, list) else [out] if out is not None else []
+
+    # --- functions ----------------------------------------------------------------------------------------------------
+    def visit_FunctionDef(self, node: ast.FunctionDef) -> ast.AST:
+        node.decorator_list = [self.visit(d) for d in node.decorator_list]
+        node.args = self.visit(node.args)
+        jit = _is_jit(node)
+        self.depth += 1
+        self.jit += jit
+        try:
+            node.body = self._block(node.body)
+        finally:
+            self.depth -= 1
+            self.jit -= jit
+        return node
+
+    visit_AsyncFunctionDef = visit_FunctionDef  # not in the grammar; instrumented alike rather than skipped
+
+    def visit_Lambda(self, node: ast.Lambda) -> ast.AST:
+        self.depth += 1
+        try:
+            return self.generic_visit(node)
+        finally:
+            self.depth -= 1
+
+    # --- statements ---------------------------------------------------------------------------------------------------
+    def visit_If(self, node: ast.If) -> ast.AST:
+        if self.depth and _layout_only(node):
+            return node
+        if self.depth and _guard(node):
+            node.orelse = self._block(node.orelse)
+            return node
+        node.test = self._cond(node.test) if self.depth else self.visit(node.test)
+        node.body, node.orelse = self._block(node.body), self._block(node.orelse)
+        return node
+
+    def visit_While(self, node: ast.While) -> ast.AST:
+        node.test = self._cond(node.test) if self.depth else self.visit(node.test)
+        node.body, node.orelse = self._block(node.body), self._block(node.orelse)
+        return node
+
+    def visit_For(self, node: ast.For) -> ast.AST:
+        node.iter = self.visit(node.iter)
+        node.body, node.orelse = self._block(node.body), self._block(node.orelse)
+        return node
+
+    def visit_With(self, node: ast.With) -> ast.AST:
+        node.items = [self.visit(i) for i in node.items]
+        node.body = self._block(node.body)
+        return node
+
+    def visit_Assert(self, node: ast.Assert) -> ast.AST:
+        return node  # a failing assert is an exception: its condition need not be seen false
+
+    # --- expressions --------------------------------------------------------------------------------------------------
+    def visit_IfExp(self, node: ast.IfExp) -> ast.AST:
+        if not self.depth or _layout_only(node):
+            return self.generic_visit(node) if not self.depth else node
+        node.test = self._cond(node.test)
+        node.body, node.orelse = self.visit(node.body), self.visit(node.orelse)
+        return node
+
+    def visit_BoolOp(self, node: ast.BoolOp) -> ast.AST:
+        if not self.depth:
+            return self.generic_visit(node)
+        node.values = [self._cond(v) for v in node.values]
+        return node
+
+    def visit_Compare(self, node: ast.Compare) -> ast.AST:
+        node = self.generic_visit(node)
+        return self._wrap(node, node) if self.depth else node
+
+    def visit_BinOp(self, node: ast.BinOp) -> ast.AST:
+        combined = self.depth and _bitop(node)  # judged on the source, before the operands are wrapped
+        node = self.generic_visit(node)
+        return self._wrap(node, node) if combined else node
+
+    def visit_comprehension(self, node: ast.comprehension) -> ast.AST:
+        node.target, node.iter = self.visit(node.target), self.visit(node.iter)
+        node.ifs = [self._cond(c) if self.depth else self.visit(c) for c in node.ifs]
+        return node
+
+    def visit_Call(self, node: ast.Call) -> ast.AST:
+        name = _callee(node)
+        if self.depth and name == "where" and node.args and not node.keywords:
+            node.func = self.visit(node.func)
+            node.args = [self._cond(node.args[0]), *[self.visit(a) for a in node.args[1:]]]
+            return node
+        if (self.depth and name in PICK_FUNCS and len(node.args) == 2 and not node.keywords
+                and not any(isinstance(a, ast.Starred) for a in node.args)):
+            key = self._key(node, "pick")
+            func, a, b = self.visit(node.func), self.visit(node.args[0]), self.visit(node.args[1])
+            return ast.copy_location(self._rec("pick", key, func, a, b), node)
+        return self.generic_visit(node)
+
+
+def instrument(tree: ast.Module, source: str = "", offset: int = 0, kernel: bool = False
+               ) -> tuple[ast.Module, dict[str, Site]]:
+    """The tree with probes (children's locations kept), and its sites."""
+    ins = Instrument(source, offset, kernel)
+    tree = ins.visit(tree)
+    ast.fix_missing_locations(tree)
+    return tree, ins.sites
+
+
+def sites(source: str | bytes) -> dict[str, Site]:
+    """Every site of a candidate file, as the child's probes key them (parent side; never executes the source)."""
+    text = source.decode("utf-8", "replace") if isinstance(source, bytes) else source
+    return instrument(ast.parse(text), text)[1]
+
+
+# --- judging (parent) -------------------------------------------------------------------------------------------------
+
+def merge(into: dict[str, int], seen: object, known: dict[str, Site]) -> None:
+    """OR a job's records into `into`: only keys of known sites, only int bits (the child's report is data)."""
+    if not isinstance(seen, dict):
+        return
+    for k, v in seen.items():
+        if isinstance(k, str) and k in known and type(v) is int:
+            into[k] = into.get(k, 0) | (v & (REACHED | TRUE | FALSE | OPAQUE))
+
+
+def missing(known: dict[str, Site], seen: dict[str, int], kernels_measured: bool = True) -> list[tuple[Site, str]]:
+    """(site, what was never seen) for each site short of its requirement, in line order."""
+    out = []
+    for s in sorted(known.values(), key=lambda s: (s.line, s.key)):
+        if s.kernel and not kernels_measured:
+            continue
+        bits = seen.get(s.key, 0)
+        if s.kind == "block":
+            if not bits & REACHED:
+                out.append((s, "never ran"))
+        elif not bits & REACHED:
+            out.append((s, "never evaluated"))
+        elif bits & OPAQUE and not bits & (TRUE | FALSE):
+            out.append((s, "is not a value the gate can observe (a bool, number or tensor)"))
+        elif not bits & TRUE:
+            out.append((s, "never true" if s.kind == "cond" else "never picked its first side"))
+        elif not bits & FALSE:
+            out.append((s, "never false" if s.kind == "cond" else "never picked its second side"))
+    return out
+
+
+def describe(gaps: list[tuple[Site, str]], cases: int) -> str:
+    s, why = gaps[0]
+    what = {"block": "the block starting", "cond": "the condition", "pick": "the min/max"}[s.kind]
+    more = f" (+{len(gaps) - 1} more: lines {', '.join(str(g.line) for g, _ in gaps[1:6])})" if len(gaps) > 1 else ""
+    return (f"line {s.line}: {what} `{s.text}` {why} in the gate's {cases} cases{more}; the gate proves a kernel "
+            "only on paths it ran: drop the special case, or make it reachable by shapes and values the op takes")
+
+
+# --- steering (parent) ------------------------------------------------------------------------------------------------
+
+_NUMBER = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?(?:e[+-]?\d+)?)")
+
+
+def constants(gaps: list[tuple[Site, str]]) -> set[int]:
+    """Integer thresholds in the text of unreached conditions: each number's floor and ceiling (a float literal
+    `600.5 < M` is a threshold too), and their neighbours."""
+    out: set[int] = set()
+    for s, _ in gaps:
+        for m in _NUMBER.findall(s.text):
+            try:
+                v = float(m)
+            except ValueError:
+                continue
+            if 1 < v < 1 << 24 and math.isfinite(v):
+                out |= {math.floor(v) - 1, math.floor(v), math.ceil(v), math.ceil(v) + 1}
+    return {v for v in out if v > 0}
+
+
+def dense_values(top: int, seed: int, per_octave: int = 3) -> list[int]:
+    """Secret values, `per_octave` per power of two from 2 up to `top` (a window between two sweep points is not
+    safe: some value lands in most windows of an octave's width / per_octave)."""
+    r = random.Random(seed)
+    out = set()
+    lo = 2
+    while lo < top:
+        hi = min(2 * lo, top)
+        out |= {r.randint(lo, hi) for _ in range(per_octave)}
+        lo *= 2
+    return sorted(out)
+
+
+# --- recording (the sandbox child) ------------------------------------------------------------------------------------
+
+def _data(v: object):
+    """v as a Python scalar or a numpy array, or None where the value cannot be read without running someone's code
+    (a torch tensor: reading it on the host is itself forbidden compute; anything else: opaque)."""
+    import numpy as np
+    t = type(v)
+    if v is None or t in (bool, int, float, str, tuple, list, dict):
+        return bool(v) if t in (str, tuple, list, dict) else v
+    if isinstance(v, (np.ndarray, np.generic)):
+        return np.asarray(v)
+    import triton.language as tl
+    if isinstance(v, tl.constexpr):
+        return _data(v.value)
+    if isinstance(v, tl.tensor):
+        data = getattr(getattr(v, "handle", None), "data", None)  # the interpreter's value (numpy)
+        return np.asarray(data) if isinstance(data, (np.ndarray, np.generic)) else None
+    return None
+
+
+def _truth(v: object) -> int:
+    import numpy as np
+    d = _data(v)
+    if d is None:
+        return OPAQUE
+    if isinstance(d, np.ndarray):
+        b = d.astype(bool)
+        return (TRUE if b.any() else 0) | (FALSE if not b.all() else 0)
+    return TRUE if d else FALSE
+
+
+def _sides(a: object, b: object, out: object) -> int:
+    """Which argument a two-way min/max returned, strictly (where they differ): TRUE the first, FALSE the second."""
+    import numpy as np
+    da, db, do = _data(a), _data(b), _data(out)
+    if da is None or db is None or do is None:
+        return OPAQUE
+    try:
+        with np.errstate(all="ignore"):
+            differ = np.asarray(da != db)
+            first = differ & np.asarray(do == da)
+            second = differ & np.asarray(do == db)
+    except (TypeError, ValueError):
+        return OPAQUE
+    return (TRUE if first.any() else 0) | (FALSE if second.any() else 0)
+
+
+class Recorder:
+    """What the probes saw, by site key (bits REACHED, TRUE, FALSE, OPAQUE). Bound in the candidate module's globals
+    as RECORDER; returns every value unchanged, so the instrumented code computes what the plain code does."""
+
+    def __init__(self):
+        self.seen: dict[str, int] = {}
+
+    def block(self, key: str) -> None:
+        self.seen[key] = self.seen.get(key, 0) | REACHED
+
+    def cond(self, key: str, value):
+        self.seen[key] = self.seen.get(key, 0) | REACHED | _truth(value)
+        return value
+
+    def pick(self, key: str, fn, a, b):
+        out = fn(a, b)
+        self.seen[key] = self.seen.get(key, 0) | REACHED | _sides(a, b, out)
+        return out
+
+
+def compile_instrumented(recorder: Recorder):
+    """kernel_loader.load_kernel's `compile_source`: the module's code with probes, the recorder in its globals."""
+    def compile_source(source: str, filename: str, namespace: dict):
+        namespace[RECORDER] = recorder
+        tree, _ = instrument(ast.parse(source, filename), source)
+        return compile(tree, filename, "exec")
+    return compile_source
+
+
+def install_interpreter(filename: str) -> None:
+    """The interpreter re-parses each kernel from its file (triton's FunctionRewriter) before running it: the same
+    probes go in first, for `filename` only (the candidate), so kernel bodies report to the module's recorder."""
+    from triton.runtime.interpreter import FunctionRewriter
+    plain = FunctionRewriter._transform_ast
+    if getattr(plain, "_coverage", None) == filename:
+        return
+
+    def _transform_ast(self, src):
+        if self.filename != filename:
+            return plain(self, src)
+        offset = self.def_file_lineno - 1
+        tree, _ = instrument(ast.parse(src), src, offset=offset, kernel=True)
+        tree = self.ast_transformer.visit(tree)
+        ast.fix_missing_locations(tree)
+        ast.increment_lineno(tree, offset)
+        return tree
+
+    _transform_ast._coverage = filename
+    FunctionRewriter._transform_ast = _transform_ast
+
+
+# Dimensions the steering may set to any multiple of the step, besides the swept and range dimensions (any size):
+# the ones an op's launcher takes at any size. Head counts and head dims are not free (GQA groups, powers of 2).
+STEER_DIMS: dict[str, dict[str, int]] = {
+    "rmsnorm": {"N": 1}, "add_rmsnorm": {"N": 1}, "silu_mul": {"N": 1}, "softmax": {"V": 1},
+    "matmul": {"N": 1, "K": 1}, "matmul_q4_1": {"N": 1, "K": 32}, "lm_head": {"V": 1, "K": 1},
+    "embedding": {"V": 1, "D": 1}, "embedding_q8_0": {"V": 1, "D": 32}, "rope": {"H": 1, "D": 2},
+    "attention": {"B": 1}, "attention_decode": {"B": 1}}
+
+
+def _steerable(spec, shape: dict) -> dict[str, int]:
+    from autokernel.gate import schedule
+    dims = {d: 1 for d in spec.extra.get("sweep", (next(iter(shape)),))}
+    rng = schedule.range_dim(spec, [shape])
+    if rng:
+        dims[rng[0]] = 1
+    return {d: step for d, step in {**dims, **STEER_DIMS.get(spec.name, {})}.items() if d in shape}
+
+
+def _on_step(v: int, step: int) -> list[int]:
+    return [v] if step <= 1 else sorted({max(step, v - v % step), v - v % step + step})
+
+
+def steer(spec, planned: list, gaps: list[tuple[Site, str]], seed: int, round_: int, max_rows: int,
+          done: set[str], dists: tuple[str, ...]) -> list[tuple]:
+    """Extra planned cases (shape, dtype, dist, SINGLE) aimed at what is unreached. Round 0: every number in an
+    unreached condition, its floor, ceiling and neighbours, on every dimension of the first planned shape and of the
+    range sweep's. Later rounds: secret sizes, several per octave, on the range dimension up to max_rows and on every
+    other dimension up to twice its traced value. No shape costs more than the plan's most expensive one, except on
+    the range dimension (up to max_rows, as the plan's own range cases); each shape once per verdict (`done`,
+    updated)."""
+    from autokernel.gate import schedule
+    shapes = [p[0] for p in planned]
+    if not shapes:
+        return []
+    dtype, cap = planned[0][1], max(schedule.cost(spec, s) for s in shapes)
+    base = dict(shapes[0])
+    rng = schedule.range_dim(spec, shapes)
+    r = random.Random(schedule.derive(seed, "coverage", round_))
+    free = _steerable(spec, base)
+    want: list[tuple[dict, bool]] = []  # (shape, on the range dimension)
+    if round_ == 0:
+        for c in sorted(constants(gaps)):
+            for d, step in free.items():
+                want += [({**base, d: v}, bool(rng) and d == rng[0]) for v in _on_step(c, step)]
+                if rng and d in rng[1]:
+                    want += [({**rng[1], d: v}, d == rng[0]) for v in _on_step(c, step)]
+    else:
+        if rng and max_rows > 1:
+            want += [({**rng[1], rng[0]: v}, True) for v in dense_values(max_rows, r.getrandbits(63))]
+        for d, step in free.items():
+            values = dense_values(2 * base[d] + 1, r.getrandbits(63), per_octave=1)
+            want += [({**base, d: w}, False) for v in values for w in _on_step(v, step)[:1]]
+        r.shuffle(want)
+    out = []
+    for shape, ranged in want:
+        key = ",".join(f"{k}={v}" for k, v in shape.items())
+        if key in done or (ranged and shape[rng[0]] > max_rows) or (not ranged and schedule.cost(spec, shape) > cap):
+            continue
+        done.add(key)
+        out.append((shape, dtype, dists[r.randrange(len(dists))], schedule.SINGLE))
+    return out
