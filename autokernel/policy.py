@@ -310,6 +310,7 @@ GUARDED: dict[str, tuple[str | tuple[str, ...], str]] = {
     "target.model": ("inside", "a file autokernel reads"),
     "target.workload": ("inside", "a file autokernel reads"),
 }
+RUNS_CODE = ("target", "gate", "e2e", "bench", "sandbox", "cluster")  # the sections verify and bench act on
 FLAGS = {"agent.provider": "--agent", "agent.base_url": "--base-url", "cluster.address": "--cluster or RAY_ADDRESS"}
 
 
@@ -330,9 +331,11 @@ def _weaker(rule, value, default) -> str | None:
     return None
 
 
-def _admit(path: Path, text: str, data: dict, root: Path, trusted: set[str]) -> tuple[dict, list[str]]:
+def _admit(path: Path, text: str, data: dict, root: Path, trusted: set[str],
+           uses: set[str] | None = None) -> tuple[dict, list[str]]:
     """The checkout's sections as they may apply, and the refusals (one line each): guarded fields a trusted source
-    sets are dropped (the trusted value wins), a weaker value is refused, a path is checked and made absolute."""
+    sets, or of a section the command never acts on (`uses`; None: all), are dropped (the value that applies is the
+    trusted one); a weaker value is refused; a path is checked and made absolute."""
     from autokernel import paths
     defaults, refusals = Policy(), []
     out = {k: dict(v) if isinstance(v, dict) else v for k, v in data.items()}
@@ -341,7 +344,7 @@ def _admit(path: Path, text: str, data: dict, root: Path, trusted: set[str]) -> 
         if value is ...:
             continue
         section, field = name.split(".")
-        if name in trusted:
+        if name in trusted or uses is not None and section not in uses:
             del out[section][field]
             continue
         where = _where(path, text, (section, field))
@@ -378,12 +381,15 @@ def flags(agent: str | None = None, base_url: str | None = None, cluster: str | 
     return [k for k, v in given.items() if v]
 
 
-def for_checkout(root: str | Path | None, explicit: str | Path | None = None, flags: Iterable[str] = ()) -> Policy:
+def for_checkout(root: str | Path | None, explicit: str | Path | None = None, flags: Iterable[str] = (),
+                 uses: Iterable[str] | None = None) -> Policy:
     """The policy a command runs under: the defaults, then the user config (autokernel.paths.user_config), then
     `explicit` (--policy FILE, the user's own choice: trusted wherever it lives) or else the checkout's
     `<root>/policies.yaml` under trust rule 6 (GUARDED above; read as a regular file inside the checkout). `flags`:
     the guarded fields the command line or the environment sets (--agent, --base-url, --cluster, RAY_ADDRESS), whose
     checkout values are then moot; the caller applies the flags' values itself (agent.command.agent_settings).
+    `uses`: the sections the command acts on (verify never sends a key: its checkout's agent.provider is not its
+    business); a guarded field of another section from the checkout is dropped, not refused. None: every section.
     Each guarded field's source is recorded on its section (`policy.sandbox.origin("isolation")`)."""
     from autokernel import paths
     layers: list[tuple[str, dict]] = []
@@ -394,13 +400,15 @@ def for_checkout(root: str | Path | None, explicit: str | Path | None = None, fl
         explicit = Path(explicit)
         if not explicit.is_file():
             raise UserError(f"{explicit}: no such policy file")
-        layers.append((f"--policy {explicit}", _parse(explicit, explicit.read_text())))
+        inside = root is not None and explicit.resolve().is_relative_to(Path(root).resolve())
+        label = f"--policy {explicit}" + (" (a file of the checkout, passed with --policy)" if inside else "")
+        layers.append((label, _parse(explicit, explicit.read_text())))
     trusted = set(flags) | {n for n in GUARDED for _, d in layers if _get(d, n) is not ...}
     checkout_label = None
     if explicit is None and root is not None and os.path.lexists(Path(root) / "policies.yaml"):
         f = Path(root) / "policies.yaml"
         text = paths.read_text(f, root)
-        data, refusals = _admit(f, text, _parse(f, text), Path(root), trusted)
+        data, refusals = _admit(f, text, _parse(f, text), Path(root), trusted, None if uses is None else set(uses))
         if refusals:
             more = f" (and {len(refusals) - 1} more: `autokernel policy check {f}` lists them)" if refusals[1:] else ""
             raise UserError(refusals[0] + more)

@@ -109,7 +109,8 @@ def bench_command(op: str, candidates: list[Path], trace: Path | None, as_json: 
         _check_inputs(op, candidates, incumbent, root)
         cases = _cases(op, trace)
         if policy is None:
-            policy = policy_mod.for_checkout(layout.root, policy_file)
+            policy = policy_mod.for_checkout(layout.root, policy_file, policy_mod.flags(),
+                                             uses=policy_mod.RUNS_CODE)
         refused = _refused(op, candidates, incumbent, policy)
         if refused:
             _print_refused(op, refused, as_json)

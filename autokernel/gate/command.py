@@ -36,7 +36,8 @@ def verify_command(op: str, candidate: Path, trace: Path | None = None, seed: in
         from autokernel import paths
         from autokernel import policy as policy_mod
         layout = paths.target()  # the signature is the incumbent's of the checkout verify runs in
-        policy = policy_mod.for_checkout(layout.root, policy_file, flags=policy_mod.flags(cluster=cluster))
+        policy = policy_mod.for_checkout(layout.root, policy_file, flags=policy_mod.flags(cluster=cluster),
+                                         uses=policy_mod.RUNS_CODE)
         kernels_dir = None
         if os.path.lexists(layout.kernels / f"{op}.py"):
             paths.read_python(layout.kernels / f"{op}.py", layout.root)

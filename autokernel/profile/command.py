@@ -15,7 +15,7 @@ def _policy(path: Optional[Path]):
     """--policy FILE, else the checkout's policies.yaml under trust rule 6 (policy.for_checkout): its target.model
     and target.workload must be files inside it."""
     from autokernel import paths, policy
-    return policy.for_checkout(paths.target().root, path)
+    return policy.for_checkout(paths.target().root, path, uses=("target", "ops"))  # no agent, no sandbox here
 
 
 def profile_cmd(

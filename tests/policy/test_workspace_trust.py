@@ -97,6 +97,14 @@ def test_the_command_line_user_config_and_policy_flag_are_trusted(checkout, tmp_
     assert p.agent.base_url == "http://127.0.0.1:9/v1" and "--policy" in p.sandbox.origin("isolation")
 
 
+def test_a_command_is_refused_only_for_what_it_acts_on(checkout, capsys):
+    from autokernel.gate.command import verify_command
+    policies(checkout, "agent:\n  provider: openai\n")
+    assert verify_command("rmsnorm", STATIC_REJECT) == 1  # verify sends no key: the field is not its business
+    with pytest.raises(UserError, match="agent.provider"):
+        policy.for_checkout(checkout)  # `run` and `agent` would send one
+
+
 def test_a_checkout_base_url_never_receives_the_key(checkout, monkeypatch):
     """`autokernel run` in a checkout that names its own server: refused before any request (the key used to be sent
     with the first request, before profiling)."""
@@ -122,7 +130,8 @@ def test_the_isolation_warning_names_who_chose_none(checkout, capsys, monkeypatc
     monkeypatch.setattr(sandbox, "_warned", set())
     sandbox.preflight(p.sandbox, untrusted_author=False)
     err = capsys.readouterr().err
-    assert f"set by --policy {checkout / 'policies.yaml'}" in err and "Install bubblewrap" not in err
+    assert f"set by --policy {checkout / 'policies.yaml'} (a file of the checkout" in err
+    assert "Install bubblewrap" not in err
 
 
 # --- class 2: every file read from the checkout is a regular file inside it ----------------------------------------
