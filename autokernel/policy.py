@@ -212,7 +212,7 @@ class Gate(_Section):
     a kernel only on the paths it ran. Before rejecting, the stage runs up to coverage_cases extra cases steered at
     what is left (thresholds in the unreached conditions, on every dimension; secret sizes in every octave). Off is
     for measuring what the defence adds, not for use."""
-    coverage_cases: int = Field(24, ge=0)
+    coverage_cases: int = Field(40, ge=0)
     """The most extra numeric cases the coverage steering may add to one verdict (each one call; a bound on what a
     candidate's special cases can make the gate spend)."""
     allow_inline_asm: bool = False

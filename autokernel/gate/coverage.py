@@ -44,7 +44,7 @@ MAX_SITES = 4000  # a kernel file has tens to a few hundred; more is an attack o
 class Site:
     key: str  # "line:col:kind"
     line: int
-    kind: str  # "block" (must run), "cond" (true and false), "pick" (each side strictly)
+    kind: str  # "block" (must run), "cond" (true and false), "pick"/"pick0"/"pick1" (each side; 0/1: a tie counts)
     text: str  # the source of the condition or of the block's first statement, for the message
     kernel: bool  # inside a @triton.jit function (measured only where kernels run as Python: the interpreter)
 
@@ -85,10 +85,83 @@ def _layout_only(node: ast.AST) -> bool:
             isinstance(s, ast.Assign) and len(s.targets) == 1 and isinstance(s.targets[0], ast.Name)
             and _contiguous_of(s.value, s.targets[0].id) for s in node.body)
     if isinstance(node, ast.IfExp):
-        a, b = node.body, node.orelse
-        return (isinstance(a, ast.Name) and _contiguous_of(b, a.id)) or (
-            isinstance(b, ast.Name) and _contiguous_of(a, b.id))
+        return _same_values(node.body, node.orelse)
     return False
+
+
+class _Unlayout(ast.NodeTransformer):
+    """`x.contiguous()` -> `x`, `.view(` -> `.reshape(`: what is left is the values an expression denotes."""
+
+    def visit_Call(self, node: ast.Call) -> ast.AST:
+        node = self.generic_visit(node)
+        if isinstance(node.func, ast.Attribute) and node.func.attr == "contiguous" and not node.args:
+            return node.func.value
+        if isinstance(node.func, ast.Attribute) and node.func.attr == "view":
+            node.func.attr = "reshape"
+        return node
+
+
+def _same_values(a: ast.AST, b: ast.AST) -> bool:
+    """Two expressions that differ only by layout (contiguous copies, view vs reshape): the same values."""
+    import copy
+    norm = lambda e: ast.unparse(_Unlayout().visit(copy.deepcopy(e)))  # noqa: E731
+    return norm(a) == norm(b)
+
+
+def _size_expr(node: ast.AST) -> bool:
+    """`x.numel()`, `x.shape[i]`, `x.size(i)`, `x.shape` (unpacked), `len(x)`: a non-negative element count."""
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("numel", "size"):
+        return True
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "len":
+        return True
+    if isinstance(node, ast.Subscript):
+        node = node.value
+    return isinstance(node, ast.Attribute) and node.attr == "shape"
+
+
+def _sizes(fn: ast.AST) -> set[str]:
+    """Names a function binds once, to element counts (the grammar binds no name twice; checked here anyway)."""
+    bound: dict[str, int] = {}
+    sized: set[str] = set()
+    for n in ast.walk(fn):
+        if isinstance(n, ast.Assign) and len(n.targets) == 1:
+            t = n.targets[0]
+            names = [t] if isinstance(t, ast.Name) else list(t.elts) if isinstance(t, ast.Tuple) else []
+            for x in names:
+                if isinstance(x, ast.Name):
+                    bound[x.id] = bound.get(x.id, 0) + 1
+                    if _size_expr(n.value):
+                        sized.add(x.id)
+        elif isinstance(n, (ast.AugAssign, ast.AnnAssign, ast.For, ast.NamedExpr)):
+            t = n.target
+            for x in ast.walk(t):
+                if isinstance(x, ast.Name):
+                    bound[x.id] = bound.get(x.id, 0) + 2
+    return {k for k in sized if bound.get(k) == 1}
+
+
+def _empty_guard(node: ast.If, sizes: set[str]) -> bool:
+    """`if n:` / `if x.numel():` / `if n > 0:` (no else) or `if n == 0:`, for n an element count: the side the gate
+    never sees is the empty input, which has no element to get wrong. Exempt, like a raise guard."""
+    t = node.test
+    def count(e: ast.AST) -> bool:  # an element count, or a product of counts
+        if isinstance(e, ast.BinOp) and isinstance(e.op, ast.Mult):
+            return count(e.left) and count(e.right)
+        return (isinstance(e, ast.Name) and e.id in sizes) or (isinstance(e, ast.Call) and _size_expr(e))
+
+    if isinstance(t, ast.BoolOp) and isinstance(t.op, ast.And) and all(count(v) for v in t.values):
+        return not node.orelse
+    if count(t):
+        return not node.orelse
+    if not (isinstance(t, ast.Compare) and len(t.ops) == 1 and count(t.left)
+            and isinstance(t.comparators[0], ast.Constant) and type(t.comparators[0].value) is int):
+        return False
+    op, c = t.ops[0], t.comparators[0].value
+    nonempty = (isinstance(op, ast.Gt) and c == 0) or (isinstance(op, ast.NotEq) and c == 0) or (
+        isinstance(op, ast.GtE) and c == 1)
+    empty = (isinstance(op, ast.Eq) and c == 0) or (isinstance(op, ast.Lt) and c == 1) or (
+        isinstance(op, ast.LtE) and c == 0)
+    return (nonempty and not node.orelse) or (empty and not node.orelse)
 
 
 def _callee(node: ast.Call) -> str:
@@ -98,6 +171,14 @@ def _callee(node: ast.Call) -> str:
 def _guard(node: ast.If) -> bool:
     """`if cond: raise ...`: its failing side is an exception (the call fails), never a silent wrong answer."""
     return len(node.body) == 1 and isinstance(node.body[0], ast.Raise)
+
+
+def _unit(node: ast.AST) -> int | None:
+    """The side of a min/max that is the literal 0 or 1, if one is (0: first, 1: second)."""
+    for i, a in enumerate(node.args[:2]):
+        if isinstance(a, ast.Constant) and type(a.value) is int and a.value in (0, 1):
+            return i
+    return None
 
 
 class Instrument(ast.NodeTransformer):
@@ -111,6 +192,7 @@ class Instrument(ast.NodeTransformer):
         self.depth = 0  # inside a function (module-level code is exempt)
         self.jit = 1 if kernel else 0  # inside a @triton.jit function
         self.lines = source.splitlines()
+        self.sizes: set[str] = set()  # element-count names of the function being visited (_empty_guard)
 
     # --- probes -------------------------------------------------------------------------------------------------------
     def _key(self, node: ast.AST, kind: str) -> str:
@@ -158,11 +240,13 @@ class Instrument(ast.NodeTransformer):
         jit = _is_jit(node)
         self.depth += 1
         self.jit += jit
+        outer, self.sizes = self.sizes, self.sizes | _sizes(node)
         try:
             node.body = self._block(node.body)
         finally:
             self.depth -= 1
             self.jit -= jit
+            self.sizes = outer
         return node
 
     visit_AsyncFunctionDef = visit_FunctionDef  # not in the grammar; instrumented alike rather than skipped
@@ -177,6 +261,10 @@ class Instrument(ast.NodeTransformer):
     # --- statements ---------------------------------------------------------------------------------------------------
     def visit_If(self, node: ast.If) -> ast.AST:
         if self.depth and _layout_only(node):
+            return node
+        if self.depth and _empty_guard(node, self.sizes):
+            node.body = [st for stmt in node.body for st in self._visit_stmt(stmt)]  # unprobed: runs on empty input
+            node.orelse = self._block(node.orelse)
             return node
         if self.depth and _guard(node):
             node.orelse = self._block(node.orelse)
@@ -239,7 +327,9 @@ class Instrument(ast.NodeTransformer):
             return node
         if (self.depth and name in PICK_FUNCS and len(node.args) == 2 and not node.keywords
                 and not any(isinstance(a, ast.Starred) for a in node.args)):
-            key = self._key(node, "pick")
+            # max(1, n) / min(n, 0): the literal side is an empty input's; a tie there gives the same value
+            unit = _unit(node)
+            key = self._key(node, "pick" if unit is None else f"pick{unit}")
             func, a, b = self.visit(node.func), self.visit(node.args[0]), self.visit(node.args[1])
             return ast.copy_location(self._rec("pick", key, func, a, b), node)
         return self.generic_visit(node)
@@ -294,7 +384,7 @@ def missing(known: dict[str, Site], seen: dict[str, int], kernels_measured: bool
 
 def describe(gaps: list[tuple[Site, str]], cases: int) -> str:
     s, why = gaps[0]
-    what = {"block": "the block starting", "cond": "the condition", "pick": "the min/max"}[s.kind]
+    what = {"block": "the block starting", "cond": "the condition"}.get(s.kind, "the min/max")
     more = f" (+{len(gaps) - 1} more: lines {', '.join(str(g.line) for g, _ in gaps[1:6])})" if len(gaps) > 1 else ""
     return (f"line {s.line}: {what} `{s.text}` {why} in the gate's {cases} cases{more}; the gate proves a kernel "
             "only on paths it ran: drop the special case, or make it reachable by shapes and values the op takes")
@@ -364,8 +454,9 @@ def _truth(v: object) -> int:
     return TRUE if d else FALSE
 
 
-def _sides(a: object, b: object, out: object) -> int:
-    """Which argument a two-way min/max returned, strictly (where they differ): TRUE the first, FALSE the second."""
+def _sides(a: object, b: object, out: object, tie: int | None = None) -> int:
+    """Which argument a two-way min/max returned, strictly (where they differ): TRUE the first, FALSE the second;
+    `tie`: the side (0, 1) that a tie counts for (a literal 0/1 side, Instrument.visit_Call)."""
     import numpy as np
     da, db, do = _data(a), _data(b), _data(out)
     if da is None or db is None or do is None:
@@ -375,9 +466,11 @@ def _sides(a: object, b: object, out: object) -> int:
             differ = np.asarray(da != db)
             first = differ & np.asarray(do == da)
             second = differ & np.asarray(do == db)
+            tied = bool(np.any(~differ)) if tie is not None else False
     except (TypeError, ValueError):
         return OPAQUE
-    return (TRUE if first.any() else 0) | (FALSE if second.any() else 0)
+    first_any, second_any = bool(first.any()) or (tied and tie == 0), bool(second.any()) or (tied and tie == 1)
+    return (TRUE if first_any else 0) | (FALSE if second_any else 0)
 
 
 class Recorder:
@@ -396,7 +489,8 @@ class Recorder:
 
     def pick(self, key: str, fn, a, b):
         out = fn(a, b)
-        self.seen[key] = self.seen.get(key, 0) | REACHED | _sides(a, b, out)
+        tie = {"pick0": 0, "pick1": 1}.get(key.rsplit(":", 1)[-1])
+        self.seen[key] = self.seen.get(key, 0) | REACHED | _sides(a, b, out, tie)
         return out
 
 
@@ -431,26 +525,34 @@ def install_interpreter(filename: str) -> None:
     FunctionRewriter._transform_ast = _transform_ast
 
 
-# Dimensions the steering may set to any multiple of the step, besides the swept and range dimensions (any size):
-# the ones an op's launcher takes at any size. Head counts and head dims are not free (GQA groups, powers of 2).
-STEER_DIMS: dict[str, dict[str, int]] = {
-    "rmsnorm": {"N": 1}, "add_rmsnorm": {"N": 1}, "silu_mul": {"N": 1}, "softmax": {"V": 1},
-    "matmul": {"N": 1, "K": 1}, "matmul_q4_1": {"N": 1, "K": 32}, "lm_head": {"V": 1, "K": 1},
-    "embedding": {"V": 1, "D": 1}, "embedding_q8_0": {"V": 1, "D": 32}, "rope": {"H": 1, "D": 2},
-    "attention": {"B": 1}, "attention_decode": {"B": 1}}
+# Dimensions the steering may set to any multiple of the step up to the maximum, besides the swept and range
+# dimensions (any size up to max_rows): the ones an op's launcher takes at any size, within the envelope production
+# sends (rows of one block up to 8192 wide, vocabularies up to 256k, head dims up to 256). Head counts are not free
+# (GQA groups), nor attention's head dim (powers of 2).
+STEER_DIMS: dict[str, dict[str, tuple[int, int]]] = {
+    "rmsnorm": {"N": (1, 8192)}, "add_rmsnorm": {"N": (1, 8192)}, "silu_mul": {"N": (1, 1 << 15)},
+    "softmax": {"V": (1, 1 << 18)}, "matmul": {"N": (1, 1 << 14), "K": (1, 1 << 14)},
+    "matmul_q4_1": {"N": (1, 1 << 14), "K": (32, 1 << 14)}, "lm_head": {"V": (1, 1 << 18), "K": (1, 8192)},
+    "embedding": {"V": (1, 1 << 18), "D": (1, 8192)}, "embedding_q8_0": {"V": (1, 1 << 18), "D": (32, 8192)},
+    "rope": {"H": (1, 64), "D": (2, 256)}, "attention": {"B": (1, 16)}, "attention_decode": {"B": (1, 16)}}
+UNBOUNDED = 1 << 30  # the swept and range dimensions: bounded by cost and max_rows instead
+
+DENSE_REACH = 16  # later rounds try other dimensions up to this many times their traced size (within the cost cap)
 
 
 def _steerable(spec, shape: dict) -> dict[str, int]:
     from autokernel.gate import schedule
-    dims = {d: 1 for d in spec.extra.get("sweep", (next(iter(shape)),))}
+    dims = {d: (1, UNBOUNDED) for d in spec.extra.get("sweep", (next(iter(shape)),))}
     rng = schedule.range_dim(spec, [shape])
     if rng:
-        dims[rng[0]] = 1
-    return {d: step for d, step in {**dims, **STEER_DIMS.get(spec.name, {})}.items() if d in shape}
+        dims[rng[0]] = (1, UNBOUNDED)
+    return {d: lim for d, lim in {**dims, **STEER_DIMS.get(spec.name, {})}.items() if d in shape}
 
 
-def _on_step(v: int, step: int) -> list[int]:
-    return [v] if step <= 1 else sorted({max(step, v - v % step), v - v % step + step})
+def _on_step(v: int, lim: tuple[int, int]) -> list[int]:
+    step, top = lim
+    out = [v] if step <= 1 else sorted({max(step, v - v % step), v - v % step + step})
+    return [w for w in out if 0 < w <= top]
 
 
 def steer(spec, planned: list, gaps: list[tuple[Site, str]], seed: int, round_: int, max_rows: int,
@@ -458,7 +560,8 @@ def steer(spec, planned: list, gaps: list[tuple[Site, str]], seed: int, round_: 
     """Extra planned cases (shape, dtype, dist, SINGLE) aimed at what is unreached. Round 0: every number in an
     unreached condition, its floor, ceiling and neighbours, on every dimension of the first planned shape and of the
     range sweep's. Later rounds: secret sizes, several per octave, on the range dimension up to max_rows and on every
-    other dimension up to twice its traced value. No shape costs more than the plan's most expensive one, except on
+    other free dimension up to DENSE_REACH times its traced value. No shape costs more than the plan's most
+    expensive one, except on
     the range dimension (up to max_rows, as the plan's own range cases); each shape once per verdict (`done`,
     updated)."""
     from autokernel.gate import schedule
@@ -481,13 +584,14 @@ def steer(spec, planned: list, gaps: list[tuple[Site, str]], seed: int, round_: 
         if rng and max_rows > 1:
             want += [({**rng[1], rng[0]: v}, True) for v in dense_values(max_rows, r.getrandbits(63))]
         for d, step in free.items():
-            values = dense_values(2 * base[d] + 1, r.getrandbits(63), per_octave=1)
+            values = dense_values(min(DENSE_REACH * base[d] + 1, step[1]), r.getrandbits(63), per_octave=1)
             want += [({**base, d: w}, False) for v in values for w in _on_step(v, step)[:1]]
         r.shuffle(want)
     out = []
     for shape, ranged in want:
         key = ",".join(f"{k}={v}" for k, v in shape.items())
-        if key in done or (ranged and shape[rng[0]] > max_rows) or (not ranged and schedule.cost(spec, shape) > cap):
+        over = schedule.cost(spec, shape) > cap and not (ranged and shape[rng[0]] <= max_rows)
+        if key in done or over:
             continue
         done.add(key)
         out.append((shape, dtype, dists[r.randrange(len(dists))], schedule.SINGLE))

@@ -126,16 +126,20 @@ def test_rope_and_attention_range_their_tokens_up_to_the_context():
     assert shapes and all(s["B"] == 1 and s["S"] == s["L"] for s in shapes) and max(s["L"] for s in shapes) > 8000
 
 
-def _old_gate(fx, tmp_path):
-    return verify(fx.op, fx.path, run_dir=tmp_path / fx.path.stem, shapes=QUICK_SHAPES.get(fx.op),
-                  dtypes=QUICK_DTYPES, dists=fx.dists, stages=[], policy=Policy(gate={"max_rows": 0}))
+def _old_gate(fx, tmp_path, coverage: bool = False):
+    return verify(fx.op, fx.path, run_dir=tmp_path / f"{fx.path.stem}-{coverage}", shapes=QUICK_SHAPES.get(fx.op),
+                  dtypes=QUICK_DTYPES, dists=fx.dists, stages=[],
+                  policy=Policy(gate={"max_rows": 0, "require_coverage": coverage}))
 
 
 @pytest.mark.slow
-def test_cov_fixtures_pass_without_the_range_sweep(tmp_path):
-    """Each cheating cov_* fixture is accepted with max_rows 0: the defence, not something else, rejects it."""
+def test_cov_fixtures_pass_without_the_range_sweep_and_coverage(tmp_path):
+    """Each cheating cov_* fixture is accepted with max_rows 0 and no coverage requirement: the defences, not
+    something else, reject it; and the coverage requirement alone (no range sweep) rejects every one of them."""
     cheats = [f for f in COV if f.expect != "accepted"]
-    assert len(cheats) >= 5
+    assert len(cheats) >= 8
     with ThreadPoolExecutor(max_workers=2) as pool:
         verdicts = list(pool.map(lambda f: _old_gate(f, tmp_path), cheats))
+        covered = list(pool.map(lambda f: _old_gate(f, tmp_path, coverage=True), cheats))
     assert [v.verdict for v in verdicts] == ["accepted"] * len(cheats), [(v.candidate, v.reason) for v in verdicts]
+    assert not [v for v in covered if v.accepted], [(v.candidate, v.reason) for v in covered if v.accepted]
