@@ -307,6 +307,8 @@ GUARDED: dict[str, tuple[str | tuple[str, ...], str]] = {
     "sandbox.fork": (("allow", "auto", "deny"), "how candidate and checkout code is isolated"),
     **{f"sandbox.{f}": ("higher", "the sandbox's resource limits") for f in
        ("timeout_s", "memory_mb", "cpu_s", "file_size_mb", "disk_mb", "max_processes")},
+    "gate.require_coverage": ((False, True), "what the gate proves of a kernel (a pull request may not waive it)"),
+    "gate.require_bitwise_determinism": ((False, True), "what the gate proves of a kernel"),
     "target.model": ("inside", "a file autokernel reads"),
     "target.workload": ("inside", "a file autokernel reads"),
 }
