@@ -573,19 +573,25 @@ def steer(spec, planned: list, gaps: list[tuple[Site, str]], seed: int, round_: 
     rng = schedule.range_dim(spec, shapes)
     r = random.Random(schedule.derive(seed, "coverage", round_))
     free = _steerable(spec, base)
+    tied = schedule.RANGE_OVERRIDES.get(spec.name, schedule.NO_OVERRIDE)[2]  # take the range value too (S = L)
+
+    def at(shape: dict, d: str, v: int) -> tuple[dict, bool]:
+        ranged = bool(rng) and d == rng[0]
+        return {**shape, d: v, **({t: v for t in tied} if ranged else {})}, ranged
+
     want: list[tuple[dict, bool]] = []  # (shape, on the range dimension)
     if round_ == 0:
         for c in sorted(constants(gaps)):
             for d, step in free.items():
-                want += [({**base, d: v}, bool(rng) and d == rng[0]) for v in _on_step(c, step)]
+                want += [at(base, d, v) for v in _on_step(c, step)]
                 if rng and d in rng[1]:
-                    want += [({**rng[1], d: v}, d == rng[0]) for v in _on_step(c, step)]
+                    want += [at(rng[1], d, v) for v in _on_step(c, step)]
     else:
         if rng and max_rows > 1:
-            want += [({**rng[1], rng[0]: v}, True) for v in dense_values(max_rows, r.getrandbits(63))]
+            want += [at(rng[1], rng[0], v) for v in dense_values(max_rows, r.getrandbits(63))]
         for d, step in free.items():
             values = dense_values(min(DENSE_REACH * base[d] + 1, step[1]), r.getrandbits(63), per_octave=1)
-            want += [({**base, d: w}, False) for v in values for w in _on_step(v, step)[:1]]
+            want += [at(base, d, w) for v in values for w in _on_step(v, step)[:1]]
         r.shuffle(want)
     out = []
     for shape, ranged in want:

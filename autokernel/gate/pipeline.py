@@ -67,7 +67,8 @@ def _sandboxed(spec, copy: Path, job_dir: Path, policy: Policy, shapes, dtypes, 
     if not torch.cuda.is_available():
         max_rows = min(max_rows, policy.gate.max_rows_interpreter)
     planned = numeric.plan(spec, shapes, dtypes, dists, seed, max_rows, thresholds.extract(source))
-    cover = numeric.Cover(policy.gate.coverage_cases, max_rows) if policy.gate.require_coverage else None
+    cover = numeric.Cover(policy.gate.coverage_cases, max_rows, policy.gate.max_rows) \
+        if policy.gate.require_coverage else None
     runtime, num = _timed(numeric.run, spec, copy, job_dir, _capped(policy.sandbox, deadline), seed, planned,
                           None, policy.gate.require_bitwise_determinism, cover)
     return [r for r in (runtime, num) if r is not None]

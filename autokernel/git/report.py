@@ -82,6 +82,18 @@ def plan_line(plan) -> str:
             "rerun `autokernel verify` where kernels compile for the full check")
 
 
+def reach_line(gate: dict) -> str | None:
+    """What the numeric stage vouched for of production's range (autokernel/gate/numeric.py _reach), when it stopped
+    short of it: the interpreter's row cap, a call past it too slow to make on this machine."""
+    num = next((s for s in gate.get("stages", []) if s.get("name") == "numeric"), None) or {}
+    r = (num.get("metrics") or {}).get("reach")
+    if not isinstance(r, dict) or r.get("checked"):
+        return None
+    return (f"- NOT CHECKED past {r.get('dim')} = {r.get('vouched')} of production's {r.get('production')} (one call "
+            f"there would take ~{r.get('est_s')} s under the Triton interpreter); rerun `autokernel verify` where "
+            "kernels compile before relying on it there")
+
+
 def title(w: Win) -> str:
     s = w.measurement.files[-1].speedup
     return inert(line(f"autokernel: faster {w.op} ({s.est:.3f}x [{s.lo:.3f}, {s.hi:.3f}], {w.measurement.label})",
@@ -94,7 +106,7 @@ def body(w: Win, base: str) -> str:
     m, g, op = w.measurement, w.gate, w.op
     stages = ", ".join(f"{s['name']} ({s.get('elapsed_s', 0):.1f} s)" for s in g.get("stages", []))
     out = perf_table(m, op) + ["", "End to end (teacher-forced KL vs the unmodified engine, then a greedy run):",
-                               kl_line(g), "",
+                               kl_line(g), *([reach_line(g)] if reach_line(g) else []), "",
                                f"Gate: passed {stages}; isolation {line(g.get('isolation') or 'unknown')}; "
                                f"seed {g.get('seed')}; candidate sha256 {str(g.get('sha256', ''))[:16]}.",
                                f"Benchmark isolation: {line(m.isolation or 'unknown')}.",

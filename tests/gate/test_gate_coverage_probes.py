@@ -1,0 +1,182 @@
+"""Coverage as a gate requirement (autokernel/gate/coverage.py): the probes, what they count, what is exempt, how the
+parent merges and judges the child's record, and where the steering goes. Whole-gate runs of the coverage fixtures
+are in test_gate_cheats.py / test_gate_redteam.py (headers), the defence-off runs in test_gate_coverage.py."""
+from __future__ import annotations
+
+import ast
+
+import numpy as np
+import pytest
+import torch
+
+from autokernel.gate import coverage, numeric
+from autokernel.git import report
+from autokernel.ops import get
+
+SRC = '''
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def k(x_ptr, N, FLAG: tl.constexpr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    mask = offs < N
+    if FLAG:
+        tl.store(x_ptr + offs, tl.where(mask, 1.0, 0.0), mask=mask)
+
+
+def launch(x, M, big):
+    N = x.numel()
+    assert M < 10 ** 6
+    if M > 10 ** 7:
+        raise ValueError("too big")
+    if N == 0:
+        return x
+    y = x if x.stride(-1) == 1 else x.contiguous()
+    if x.stride(-1) != 1:
+        x = x.contiguous()
+    b = 4 if M > 600 else 2
+    w = min(M, 1024)
+    ok = big and M > 3
+    g = max(1, min(M, 64))
+    return b, w, ok, g, y
+'''
+
+
+def _by_text(sites):
+    return {(s.kind, s.text) for s in sites.values()}
+
+
+def test_sites_are_every_block_condition_and_clamp_but_the_exempt_ones():
+    got = _by_text(coverage.sites(SRC))
+    for want in [("cond", "offs < N"), ("cond", "FLAG"), ("cond", "mask"), ("cond", "M > 600"),
+                 ("pick", "min(M, 1024)"), ("cond", "big"), ("cond", "M > 3"), ("pick0", "max(1, min(M, 64))"),
+                 ("pick", "min(M, 64)"), ("block", "offs = tl.arange(0, BLOCK)"),
+                 ("block", "tl.store(x_ptr + offs, tl.where(mask, 1.0, 0.0), mask=mask)")]:
+        assert want in got, want
+    texts = {t for _, t in got}
+    # exempt: the assert, the raise guard, the empty-input guard, both contiguous-copy alternatives
+    assert not texts & {"M < 10 ** 6", "M > 10 ** 7", "N == 0", "x.stride(-1) == 1", "x.stride(-1) != 1",
+                        "return x", "x = x.contiguous()"}
+    kernel = {s.text for s in coverage.sites(SRC).values() if s.kernel}
+    assert "offs < N" in kernel and "M > 600" not in kernel
+
+
+def test_a_size_name_bound_to_a_comparison_is_no_empty_guard():
+    src = "def f(x):\n    M = x.shape[0]\n    big = M > 600\n    if big:\n        M2 = 1\n    if M:\n        z = 2\n"
+    got = _by_text(coverage.sites(src))
+    assert ("cond", "big") in got and ("block", "M2 = 1") in got
+    assert not any(t == "M" for _, t in got)  # M is an element count: `if M:` is an empty guard
+
+
+def test_instrumented_code_computes_what_the_plain_code_does():
+    src = SRC.split("def launch")[1]
+    plain = "def launch" + src
+    ns_plain, ns_probed = {}, {}
+    exec(compile(plain, "f.py", "exec"), ns_plain)
+    rec = coverage.Recorder()
+    exec(coverage.compile_instrumented(rec)(plain, "f.py", ns_probed), ns_probed)
+    x = torch.arange(6.0)
+    for M, big in [(1, True), (700, False), (5000, True)]:
+        assert ns_plain["launch"](x, M, big)[:4] == ns_probed["launch"](x, M, big)[:4]
+    seen = {coverage.sites(plain)[k].text: v for k, v in rec.seen.items()}
+    assert seen["M > 600"] & coverage.TRUE and seen["M > 600"] & coverage.FALSE
+    assert seen["min(M, 1024)"] & coverage.TRUE and seen["min(M, 1024)"] & coverage.FALSE
+    assert seen["big"] == coverage.REACHED | coverage.TRUE | coverage.FALSE
+
+
+def test_the_recorder_reads_elementwise_conditions_and_clamps():
+    import triton.language as tl
+    rec = coverage.Recorder()
+    rec.cond("a", np.array([True, False]))
+    rec.cond("b", np.array([True, True]))
+    rec.cond("c", tl.constexpr(0))
+    rec.cond("d", torch.ones(2))  # a torch tensor is never read (that would be host compute in the guard's eyes)
+    assert rec.seen == {"a": 7, "b": 3, "c": 5, "d": 9}
+    assert rec.pick("e:pick", np.minimum, np.array([1, 5]), np.array([3, 3])).tolist() == [1, 3]
+    assert rec.seen["e:pick"] == 7
+    rec.pick("f:pick", min, 4, 4)  # a tie picks no side
+    rec.pick("g:pick0", max, 1, 1)  # ... except on a literal 0/1 side: the same value as an empty input's
+    assert rec.seen["f:pick"] == 1 and rec.seen["g:pick0"] == 3
+    assert not coverage.RECORDER.isidentifier()  # no source can name the recorder
+
+
+def test_the_parent_takes_only_known_sites_and_int_bits_from_the_child():
+    known = coverage.sites(SRC)
+    key = next(k for k, s in known.items() if s.text == "M > 600")
+    into: dict[str, int] = {}
+    coverage.merge(into, {key: 3, "999:0:cond": 7, 5: 7}, known)
+    coverage.merge(into, {key: "7"}, known)
+    coverage.merge(into, ["not", "a", "dict"], known)
+    assert into == {key: 3}
+    coverage.merge(into, {key: 4 | 1024}, known)
+    assert into == {key: 7}
+
+
+def test_missing_names_what_was_never_seen_and_skips_kernels_where_they_compile():
+    known = coverage.sites(SRC)
+    seen = {k: coverage.REACHED | coverage.TRUE | coverage.FALSE for k in known}
+    assert coverage.missing(known, seen) == []
+    key = next(k for k, s in known.items() if s.text == "offs < N")
+    seen[key] = coverage.REACHED | coverage.TRUE
+    gaps = coverage.missing(known, seen)
+    assert [(g.text, why) for g, why in gaps] == [("offs < N", "never false")]
+    assert coverage.missing(known, seen, kernels_measured=False) == []
+    assert "line" in coverage.describe(gaps, 12) and "offs < N" in coverage.describe(gaps, 12)
+
+
+def test_constants_of_unreached_conditions_include_float_edges():
+    site = coverage.Site("1:0:cond", 1, "cond", "600.5 < M < 700.5", False)
+    assert {600, 601, 700, 701} <= coverage.constants([(site, "never true")])
+
+
+def test_steering_stays_in_the_ops_envelope_and_keeps_tied_dimensions():
+    dec = get("attention_decode")
+    planned = numeric.plan(dec, None, [torch.float32], ["normal"], 0, 1024, set())
+    site = coverage.Site("1:0:cond", 1, "cond", "kv_len > 3000", False)
+    done: set[str] = set()
+    extra = []
+    for round_ in range(3):
+        extra += coverage.steer(dec, planned, [(site, "never true")], 7, round_, 1024, done, numeric.DISTS)
+    assert extra
+    for shape, *_ in extra:
+        assert shape["S"] >= shape["L"] and shape["Hq"] % shape["Hkv"] == 0 and shape["D"] == 64
+        assert shape["L"] <= 1024 or shape["L"] == shape["S"]
+    rms = get("rmsnorm")
+    planned = numeric.plan(rms, None, [torch.float32], ["normal"], 0, 0, set())
+    site = coverage.Site("1:0:cond", 1, "cond", "N > 4096", False)
+    shapes = [s for s, *_ in coverage.steer(rms, planned, [(site, "never true")], 1, 0, 0, set(), numeric.DISTS)]
+    assert {"M": 4, "N": 4097} in shapes or any(s["N"] == 4097 for s in shapes)
+    assert all(s["N"] <= 8192 for s, *_ in coverage.steer(rms, planned, [], 1, 1, 0, set(), numeric.DISTS))
+
+
+def test_module_level_code_is_not_instrumented():
+    src = "X = 3 if 2 > 1 else 4\n\ndef f(m):\n    return m > X\n"
+    tree, sites = coverage.instrument(ast.parse(src), src)
+    assert {s.text for s in sites.values()} == {"return m > X", "m > X"}  # the function's block and comparison
+
+
+def test_the_commit_says_what_the_numeric_stage_did_not_reach():
+    gate = {"stages": [{"name": "numeric", "metrics": {"reach": {"dim": "M", "vouched": 1024, "production": 8192,
+                                                                  "est_s": 58.0, "checked": False}}}]}
+    assert "NOT CHECKED past M = 1024 of production's 8192" in report.reach_line(gate)
+    gate["stages"][0]["metrics"]["reach"]["checked"] = True
+    assert report.reach_line(gate) is None
+
+
+@pytest.mark.slow
+def test_the_call_at_productions_maximum_is_the_defence_past_the_cpu_cap(tmp_path, monkeypatch):
+    """The reach fixture (keys past a fixed 1280-key window dropped) is exact up to the interpreter's 1024-row cap:
+    without the call at production's maximum it is accepted, and the verdict says how far it was vouched for."""
+    from gate_fixtures import QUICK_DTYPES, fixtures
+
+    from autokernel.gate import verify
+    from autokernel.policy import Policy
+    fx = next(f for f in fixtures() if f.id == "attention_decode/reach_fixed_key_window")
+    monkeypatch.setattr(numeric, "REACH_BUDGET_S", 0.0)
+    v = verify(fx.op, fx.path, run_dir=tmp_path, dtypes=QUICK_DTYPES, dists=fx.dists, stages=[],
+               shapes=[{"B": 1, "Hq": 9, "Hkv": 3, "S": 256, "L": 200, "D": 64}],
+               policy=Policy(gate={"max_rows": 8192}))
+    assert v.accepted, (v.reason, v.detail)
+    assert "vouched up to L = 1024 of production's 8192" in v.stages[-1].detail
