@@ -395,12 +395,17 @@ def describe(gaps: list[tuple[Site, str]], cases: int) -> str:
 _NUMBER = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?(?:e[+-]?\d+)?)")
 
 
-def constants(gaps: list[tuple[Site, str]]) -> set[int]:
+_NAME = re.compile(r"[A-Za-z_]\w*")
+
+
+def constants(gaps: list[tuple[Site, str]], named: dict[str, int] | None = None) -> set[int]:
     """Integer thresholds in the text of unreached conditions: each number's floor and ceiling (a float literal
-    `600.5 < M` is a threshold too), and their neighbours."""
+    `600.5 < M` is a threshold too), and their neighbours; `named`: the file's int constants, for names in the text
+    (`M > LIMIT`)."""
     out: set[int] = set()
     for s, _ in gaps:
-        for m in _NUMBER.findall(s.text):
+        numbers = _NUMBER.findall(s.text) + [str(named[n]) for n in _NAME.findall(s.text) if n in (named or {})]
+        for m in numbers:
             try:
                 v = float(m)
             except ValueError:
@@ -537,6 +542,7 @@ STEER_DIMS: dict[str, dict[str, tuple[int, int]]] = {
     "rope": {"H": (1, 64), "D": (2, 256)}, "attention": {"B": (1, 16)}, "attention_decode": {"B": (1, 16)}}
 UNBOUNDED = 1 << 30  # the swept and range dimensions: bounded by cost and max_rows instead
 
+MAX_STEER_CONSTANTS = 64  # numbers from unreached conditions tried per verdict (the case budget bounds it anyway)
 DENSE_REACH = 16  # later rounds try other dimensions up to this many times their traced size (within the cost cap)
 
 
@@ -556,7 +562,7 @@ def _on_step(v: int, lim: tuple[int, int]) -> list[int]:
 
 
 def steer(spec, planned: list, gaps: list[tuple[Site, str]], seed: int, round_: int, max_rows: int,
-          done: set[str], dists: tuple[str, ...]) -> list[tuple]:
+          done: set[str], dists: tuple[str, ...], named: dict[str, int] | None = None) -> list[tuple]:
     """Extra planned cases (shape, dtype, dist, SINGLE) aimed at what is unreached. Round 0: every number in an
     unreached condition, its floor, ceiling and neighbours, on every dimension of the first planned shape and of the
     range sweep's. Later rounds: secret sizes, several per octave, on the range dimension up to max_rows and on every
@@ -581,7 +587,7 @@ def steer(spec, planned: list, gaps: list[tuple[Site, str]], seed: int, round_: 
 
     want: list[tuple[dict, bool]] = []  # (shape, on the range dimension)
     if round_ == 0:
-        for c in sorted(constants(gaps)):
+        for c in sorted(constants(gaps, named))[:MAX_STEER_CONSTANTS]:
             for d, step in free.items():
                 want += [at(base, d, v) for v in _on_step(c, step)]
                 if rng and d in rng[1]:

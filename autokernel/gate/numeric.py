@@ -27,7 +27,7 @@ from typing import Any
 import torch
 
 from autokernel import device, harness
-from autokernel.gate import coverage, judge, schedule
+from autokernel.gate import coverage, judge, schedule, thresholds
 from autokernel.gate.verdict import REASONS, StageResult
 from autokernel.ops.spec import DISTRIBUTIONS, OpSpec
 
@@ -402,10 +402,12 @@ def _steer(runner: _Runner, planned, skipped: dict[str, str], slots: list, cover
     gaps = coverage.missing(runner.sites, runner.seen, kernels)
     done = {json_shape(p[0]) for p in planned}
     start, left = len(planned), cover.extra_cases
+    named = thresholds.names(runner.candidate.read_bytes()) if gaps else {}
     for round_ in range(STEER_ROUNDS):
         if not gaps or left <= 0:
             break
-        extra = coverage.steer(runner.spec, planned, gaps, runner.seed, round_, cover.max_rows, done, DISTS)[:left]
+        extra = coverage.steer(runner.spec, planned, gaps, runner.seed, round_, cover.max_rows, done, DISTS,
+                               named)[:left]
         if not extra:
             continue
         runner.steered += len(extra)

@@ -23,6 +23,7 @@ from autokernel.ops import get
 from autokernel.policy import Policy
 
 Stage = Callable[[str, Path, Policy], StageResult]
+MAX_PLAN_CASES = 600  # a thorough plan is ~100 cases (+ at most 48 threshold rows and gate.coverage_cases steered)
 # Stages run after static, runtime and numeric have passed, in order, each given (op, candidate file, policy); the
 # candidate file is the gate's own copy (the bytes that were hashed). verify's `stages` replaces the default
 # (the end-to-end stage alone) in tests.
@@ -67,6 +68,9 @@ def _sandboxed(spec, copy: Path, job_dir: Path, policy: Policy, shapes, dtypes, 
     if not torch.cuda.is_available():
         max_rows = min(max_rows, policy.gate.max_rows_interpreter)
     planned = numeric.plan(spec, shapes, dtypes, dists, seed, max_rows, thresholds.extract(source))
+    if len(planned) > MAX_PLAN_CASES:  # a backstop: thresholds and steering are capped where they are made
+        return [StageResult.fail("numeric", "numeric.budget", f"the plan has {len(planned)} cases, more than a "
+                                 f"verdict may run ({MAX_PLAN_CASES}): fewer shapes, or fewer constants compared")]
     cover = numeric.Cover(policy.gate.coverage_cases, max_rows, policy.gate.max_rows) \
         if policy.gate.require_coverage else None
     runtime, num = _timed(numeric.run, spec, copy, job_dir, _capped(policy.sandbox, deadline), seed, planned,

@@ -57,6 +57,14 @@ def _fold(node: ast.AST, names: dict[str, int]) -> int | None:
     return None
 
 
+def names(source: str | bytes) -> dict[str, int]:
+    """The file's names bound to int constant expressions (empty if it does not parse)."""
+    try:
+        return _constant_names(parse(source))
+    except (SyntaxError, ValueError):
+        return {}
+
+
 def _constant_names(tree: ast.AST) -> dict[str, int]:
     """Names assigned an int constant expression anywhere in the file (the last constant assignment wins; a name
     assigned two constants keeps both via the compare walk below seeing each)."""
@@ -152,12 +160,19 @@ def _arithmetic(tree: ast.AST, names: dict[str, int]) -> set[int]:
     return out
 
 
+MAX_ROWS_FROM_THRESHOLDS = 48  # the most range values a candidate's constants may add to a plan (bounded work,
+# docs/design.md): a file of thousands of dead constants otherwise made a 1,107-case plan (117x the usual). The
+# cheapest are kept; a threshold left out and taken by the code is still a condition the coverage requirement
+# (autokernel/gate/coverage.py) must see both ways, and its steering aims at the numbers in it.
+
+
 def rows(thresholds: set[int], shape: dict[str, int], dim: str, max_rows: int) -> list[int]:
     """Leading-dimension values that put each threshold T (and T // N for each other dimension N > 1 of `shape`, for
-    a threshold on a product) on both sides for the swept dimension `dim`: T-1, T, T+1, within 1..max_rows."""
+    a threshold on a product) on both sides for the swept dimension `dim`: T-1, T, T+1, within 1..max_rows; at most
+    MAX_ROWS_FROM_THRESHOLDS of them, the smallest."""
     out: set[int] = set()
     others = {v for k, v in shape.items() if k != dim and v > 1}
-    for t in thresholds:
+    for t in sorted(thresholds)[:4 * MAX_ROWS_FROM_THRESHOLDS]:  # a bound on the work here too (thousands of them)
         for c in {t} | {t // n for n in others}:
             out |= {v for v in (c - 1, c, c + 1) if 1 <= v <= max_rows}
-    return sorted(out)
+    return sorted(out)[:MAX_ROWS_FROM_THRESHOLDS]

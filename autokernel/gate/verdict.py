@@ -45,6 +45,7 @@ REASONS = {
     "numeric.nondeterministic": "two calls on equal inputs gave different bits",
     "numeric.caching": "wrong after the inputs were refilled in place with new values (output cache / replay)",
     "numeric.no_cases": "no shape of the op could be checked",
+    "numeric.budget": "the case plan is larger than a verdict may run (bounded work: docs/design.md)",
     "coverage.unreached": "a block the numeric stage never ran, a condition never seen both true and false, or a "
                           "min/max that never picked each side, after cases steered at it (gate/coverage.py)",
     "e2e.kl_exceeded": "KL(baseline || candidate) on the live model above the policy (autokernel.gate.e2e)",

@@ -180,3 +180,19 @@ def test_the_call_at_productions_maximum_is_the_defence_past_the_cpu_cap(tmp_pat
                policy=Policy(gate={"max_rows": 8192}))
     assert v.accepted, (v.reason, v.detail)
     assert "vouched up to L = 1024 of production's 8192" in v.stages[-1].detail
+
+
+def test_a_candidates_constants_cannot_multiply_the_plan():
+    """Bounded work (issue: a dead line of constants grew a plan from ~100 cases to 1,107): the thresholds a file
+    compares add at most thresholds.MAX_ROWS_FROM_THRESHOLDS range cases, the smallest."""
+    from autokernel.gate import thresholds
+    src = open(numeric.__file__.replace("autokernel/gate/numeric.py", "kernels/rmsnorm.py")).read()
+    lines = "".join(f"    c{i} = M * {i + 7} + {i * 3 + 1}\n" for i in range(3000))
+    big = src.replace("    BLOCK_N = triton.next_power_of_2(N)\n", "    BLOCK_N = triton.next_power_of_2(N)\n" + lines)
+    spec = get("rmsnorm")
+    base = numeric.plan(spec, None, None, None, 1, 1024, thresholds.extract(src))
+    th = thresholds.extract(big)
+    assert len(th) > 3000
+    bloated = numeric.plan(spec, None, None, None, 1, 1024, th)
+    assert len(bloated) - len(base) <= thresholds.MAX_ROWS_FROM_THRESHOLDS
+    assert thresholds.names("A = 3\nB = A * 100\n") == {"A": 3, "B": 300}
