@@ -45,7 +45,7 @@ from autokernel.harness import CallRecord, CallSpec, NumericPayload, NumericRepo
 
 device.ensure_interpreter()  # before triton is imported: kernels run through the interpreter without CUDA
 
-from autokernel.gate import coverage  # noqa: E402
+from autokernel.gate import coverage, judge  # noqa: E402
 from autokernel.gate.allowlist import ALLOC, COPY, LAUNCH_ONLY, POISONED, VIEW  # noqa: E402  (one table: static too)
 
 ALLOWED_OPS = ALLOC | VIEW | COPY | LAUNCH_ONLY | {"fill_"}  # by name: what the parent re-checks each call's ops for
@@ -275,6 +275,9 @@ def _check_outputs(outs: list, inputs: dict[str, torch.Tensor], kept: list[torch
         if o.device != ref_dev:
             raise Reject("numeric.bad_output", f"output {i} on {o.device}, inputs on {ref_dev} ({where})")
     for i, o in enumerate(outs):
+        why = judge.bloated(o)  # before torch.save copies the whole storage into the result (bounded memory)
+        if why:
+            raise Reject("numeric.bad_output", f"output {i}: {why} ({where})")
         for k, v in inputs.items():
             if _overlaps(_span(o), _span(v)):
                 raise Reject("numeric.aliasing", f"output {i} shares storage with input {k} ({where})")

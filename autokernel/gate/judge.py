@@ -72,7 +72,31 @@ def outputs(rec: dict, where: str) -> list[torch.Tensor]:
         raise Reject("numeric.bad_output", f"the outputs are unreadable ({type(e).__name__}; {where})") from None
     if not isinstance(o, list) or not all(type(t) is torch.Tensor for t in o):
         raise Reject("numeric.bad_output", f"the call returned something other than plain tensors ({where})")
+    for i, t in enumerate(o):
+        why = bloated(t)
+        if why:
+            raise Reject("numeric.bad_output", f"output {i}: {why} ({where})")
     return o
+
+
+STORAGE_SLACK_BYTES = 1 << 16  # padding a storage may have past twice its elements' extent (alignment, a padded block)
+
+
+def extent_bytes(t: torch.Tensor) -> int:
+    """Bytes from a tensor's first element to its last, as laid out in its storage."""
+    if t.numel() == 0:
+        return 0
+    return (1 + sum((n - 1) * abs(st) for n, st in zip(t.shape, t.stride()))) * t.element_size()
+
+
+def bloated(t: torch.Tensor) -> str | None:
+    """Why an output's storage is too big to ship: a narrow() view of a much larger buffer sends the whole buffer
+    (bounded memory, docs/design.md); None if it is not."""
+    have, need = t.untyped_storage().nbytes(), extent_bytes(t)
+    if have > 2 * need + STORAGE_SLACK_BYTES:
+        return (f"its storage holds {have} bytes for {need} bytes of elements: return a tensor of its own size, not "
+                "a view of a larger buffer")
+    return None
 
 
 # --- one call against the reference ---------------------------------------------------------------------------------

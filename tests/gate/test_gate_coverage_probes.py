@@ -196,3 +196,14 @@ def test_a_candidates_constants_cannot_multiply_the_plan():
     bloated = numeric.plan(spec, None, None, None, 1, 1024, th)
     assert len(bloated) - len(base) <= thresholds.MAX_ROWS_FROM_THRESHOLDS
     assert thresholds.names("A = 3\nB = A * 100\n") == {"A": 3, "B": 300}
+
+
+def test_an_output_that_is_a_view_of_a_much_larger_buffer_is_refused():
+    """Bounded memory: the fixture rmsnorm/bloat_narrow_view (a right answer in a 64x buffer) is rejected by this;
+    a plain output, a padded block and a transposed one are not."""
+    from autokernel.gate import judge
+    assert judge.bloated(torch.empty(64 * 4, 576).narrow(0, 0, 4))
+    assert judge.bloated(torch.empty(4, 576)) is None
+    assert judge.bloated(torch.empty(4, 1024)[:, :576]) is None  # a row padded to a power of 2
+    assert judge.bloated(torch.empty(576, 4).t()) is None
+    assert judge.bloated(torch.empty(0)) is None
