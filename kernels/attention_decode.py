@@ -60,7 +60,7 @@ def attention_decode_kernel(
         acc = acc * alpha + tl.dot(p, v, input_precision="ieee")
         m_i = m_new
 
-    o = acc / l_i  # every sequence sees at least its newest key (kv_start[b] < kv_len), so l_i > 0
+    o = acc / tl.where(l_i > 0.0, l_i, 1.0)  # a sequence with no visible key gets exactly 0
     tl.store(o_ptr + (b * stride_ob + head0 * stride_oh) + (rg * stride_oh + rd * stride_od),
              o.to(o_ptr.dtype.element_ty), mask=io_mask)
 

@@ -34,7 +34,7 @@ def rounding(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, kv_s
 
 def make_inputs(shape: Shape, dtype, device, gen, dist="normal"):
     """Caches hold `dist` values up to kv_len and stale large ones after it. Row 0 is unpadded; the others are
-    left-padded by up to half the filled length, the last by at least one."""
+    left-padded by up to half the filled length, the last by at least one, or (one case in two) wholly."""
     B, Hq, Hkv, S, L, D = shape["B"], shape["Hq"], shape["Hkv"], shape["S"], shape["L"], shape["D"]
     assert 0 < L <= S, shape
     q = sample((B, Hq, D), dtype, device, gen, dist)
@@ -47,6 +47,8 @@ def make_inputs(shape: Shape, dtype, device, gen, dist="normal"):
     kv_start[0] = 0
     if B > 1 and L > 1:
         kv_start[-1] = max(int(kv_start[-1]), 1)
+    if B > 1 and torch.rand((), generator=gen) < 0.5:  # a sequence all padding (output 0): drawn, so it is covered
+        kv_start[-1] = L
     return {"q": q, "k_cache": caches[0], "v_cache": caches[1], "kv_start": kv_start.to(device), "kv_len": L,
             "scale": D ** -0.5}
 
