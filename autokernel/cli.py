@@ -100,6 +100,21 @@ def agent(
     raise typer.Exit(agent_command(op, provider, model, base_url, trace, run_dir, seed=seed, repo=repo))
 
 
+def _die_with_jobs() -> None:
+    """SIGTERM (a CI runner's cancel, `kill`): every sandbox job still running (or stopped by the bench's lockstep)
+    is killed first, then the command exits 143; Ctrl-C's KeyboardInterrupt kills a job where it waits
+    (autokernel.sandbox._execute). No job process outlives autokernel, with or without bubblewrap."""
+    import signal
+
+    def on_term(signum, frame):
+        from autokernel import sandbox
+        sandbox.kill_all()
+        typer.echo("autokernel: terminated; sandbox jobs killed", err=True)
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, on_term)
+
+
 def main() -> None:
     # The sub-commands that live with their stage register themselves; imported only when a command runs, so that
     # `import autokernel.cli` stays light.
@@ -109,6 +124,7 @@ def main() -> None:
     from autokernel.profile import command as profile_command
     for stage in (gate_command, profile_command, policy_command, run, ledger):
         stage.register(app)
+    _die_with_jobs()
     try:
         rc = app(standalone_mode=False)  # typer.Exit(code) comes back as the return value here
         sys.exit(rc if isinstance(rc, int) else 0)

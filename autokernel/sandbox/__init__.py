@@ -260,6 +260,20 @@ def _command(plan: _Plan, in_dir: Path, pythonpath: list[Path], ro_paths: list[P
     return bwrap.argv(in_dir, [*pythonpath, *ro_paths], gpu, disk, seccomp_fd) + cmd
 
 
+_LIVE: dict[int, tuple[subprocess.Popen, Cgroup | None]] = {}  # the jobs running now, by pid (kill_all)
+_LIVE_LOCK = threading.Lock()
+
+
+def kill_all() -> int:
+    """Kill every job this process has running (its process group and cgroup, SIGKILL: a job stopped by the bench's
+    lockstep dies too); the number killed. For the CLI's SIGTERM/SIGINT handling: no job outlives autokernel."""
+    with _LIVE_LOCK:
+        live = list(_LIVE.values())
+    for proc, cgroup in live:
+        _kill(proc, cgroup)
+    return len(live)
+
+
 def _execute(entry, payload, job_dir, limits, plan, in_dir, scratch, pythonpath, ro_paths, env, gpu):
     """Start the job, feed it, wait for it (killed at the timeout) and judge how it ended (module docstring)."""
     scratch_path = bwrap.SCRATCH if plan.bwrap else str(scratch)
@@ -281,8 +295,16 @@ def _execute(entry, payload, job_dir, limits, plan, in_dir, scratch, pythonpath,
                                  isolation=plan.label())
         finally:
             _close(*keep)  # the child has its own copies of the result pipe's write end and the filter
-        msg = {"nonce": nonce.decode(), "entry": entry, "payload": payload, "inputs": str(in_dir)}
-        timed_out, chunks, log = _supervise(proc, rfd, msg, limits, plan.cgroup)
+        with _LIVE_LOCK:
+            _LIVE[proc.pid] = (proc, plan.cgroup)
+        try:
+            msg = {"nonce": nonce.decode(), "entry": entry, "payload": payload, "inputs": str(in_dir)}
+            timed_out, chunks, log = _supervise(proc, rfd, msg, limits, plan.cgroup)
+        finally:
+            if proc.poll() is None:  # an exception (KeyboardInterrupt, SystemExit) left it running: it dies with us
+                _kill(proc, plan.cgroup)
+            with _LIVE_LOCK:
+                _LIVE.pop(proc.pid, None)
         wall_s = time.perf_counter() - t0
         oom = plan.cgroup is not None and plan.cgroup.oom_killed()
     finally:
@@ -411,4 +433,4 @@ def _kill(proc: subprocess.Popen, cgroup: Cgroup | None) -> None:
 
 from autokernel.sandbox.slots import default_slots, pinned_env, run_many  # noqa: E402  (re-exported)
 
-__all__ = ["REASONS", "SandboxResult", "default_slots", "preflight", "run", "run_many"]
+__all__ = ["REASONS", "SandboxResult", "default_slots", "kill_all", "preflight", "run", "run_many"]
