@@ -1,8 +1,9 @@
 """add_rmsnorm: h = residual + x, y = rmsnorm(h) * w (the residual add closing a block, then the next ffn_norm)."""
 import torch
 
+from autokernel.ops.rmsnorm import EPS
 from autokernel.ops.smollm2 import HIDDEN
-from autokernel.ops.spec import OpSpec, Shape, elem_size, row_shape, row_shapes, sample
+from autokernel.ops.spec import OpSpec, Shape, draw, elem_size, row_shape, row_shapes, sample
 
 
 def reference(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
@@ -17,7 +18,7 @@ def make_inputs(shape: Shape, dtype, device, gen, dist="normal"):
     return {"x": sample((M, N), dtype, device, gen, dist),
             "residual": sample((M, N), dtype, device, gen, dist),
             "weight": (1.0 + 0.2 * torch.randn(N, generator=gen)).to(dtype=dtype, device=device),
-            "eps": 1e-5}
+            "eps": draw(gen, *EPS, EPS)}
 
 
 def shape_of(x, residual, weight, eps) -> Shape:

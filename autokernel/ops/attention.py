@@ -4,7 +4,15 @@ import torch
 
 from autokernel.ops.rounding import U32
 from autokernel.ops.smollm2 import HEAD_DIM, N_HEAD, N_HEAD_KV
-from autokernel.ops.spec import OpSpec, Shape, elem_size, sample
+from autokernel.ops.spec import OpSpec, Shape, draw, elem_size, sample
+
+# The softmax scale: D ** -0.5 in llama, other values elsewhere (Gemma's query_pre_attn_scalar, muP's 1 / D): each case
+# draws D ** -0.5 times 1 or a factor log-uniform over 0.5..2, so a kernel with the scale baked in is wrong on most.
+SCALE_FACTORS = (0.5, 2.0)
+
+
+def draw_scale(D: int, gen) -> float:
+    return D ** -0.5 * draw(gen, *SCALE_FACTORS, (1.0,))
 
 
 def _visible(T: int, kv_start: torch.Tensor, device) -> torch.Tensor:
@@ -67,7 +75,7 @@ def make_inputs(shape: Shape, dtype, device, gen, dist="normal"):
     kv_start[0] = 0
     if B > 1 and T > 1:
         kv_start[-1] = max(int(kv_start[-1]), 1)
-    return {"q": q, "k": k, "v": v, "kv_start": kv_start.to(device), "scale": D ** -0.5}
+    return {"q": q, "k": k, "v": v, "kv_start": kv_start.to(device), "scale": draw_scale(D, gen)}
 
 
 def shape_of(q, k, v, kv_start, scale) -> Shape:

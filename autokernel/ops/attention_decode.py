@@ -2,7 +2,7 @@
 (SmolLM2-135M: 9 query heads share 3 kv heads, head dim 64)."""
 import torch
 
-from autokernel.ops.attention import softmax_rounding
+from autokernel.ops.attention import draw_scale, softmax_rounding
 from autokernel.ops.smollm2 import HEAD_DIM, N_HEAD, N_HEAD_KV
 from autokernel.ops.spec import OpSpec, Shape, elem_size, sample
 
@@ -50,7 +50,7 @@ def make_inputs(shape: Shape, dtype, device, gen, dist="normal"):
     if B > 1 and torch.rand((), generator=gen) < 0.5:  # a sequence all padding (output 0): drawn, so it is covered
         kv_start[-1] = L
     return {"q": q, "k_cache": caches[0], "v_cache": caches[1], "kv_start": kv_start.to(device), "kv_len": L,
-            "scale": D ** -0.5}
+            "scale": draw_scale(D, gen)}
 
 
 def shape_of(q, k_cache, v_cache, kv_start, kv_len, scale) -> Shape:

@@ -2,7 +2,10 @@
 import torch
 
 from autokernel.ops.smollm2 import HIDDEN
-from autokernel.ops.spec import OpSpec, Shape, elem_size, row_shape, row_shapes, sample
+from autokernel.ops.spec import OpSpec, Shape, draw, elem_size, row_shape, row_shapes, sample
+
+EPS = (1e-6, 1e-5)  # llama's rms_norm_eps: 1e-5 (SmolLM2, Llama 3) or 1e-6 (Llama 2); each case draws either or a
+# value log-uniform between them (eps matters where mean(x^2) is as small: the tiny distribution)
 
 
 def reference(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -14,7 +17,7 @@ def make_inputs(shape: Shape, dtype, device, gen, dist="normal"):
     M, N = shape["M"], shape["N"]
     return {"x": sample((M, N), dtype, device, gen, dist),
             "weight": (1.0 + 0.2 * torch.randn(N, generator=gen)).to(dtype=dtype, device=device),
-            "eps": 1e-5}
+            "eps": draw(gen, *EPS, EPS)}
 
 
 def shape_of(x, weight, eps) -> Shape:

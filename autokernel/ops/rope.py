@@ -5,7 +5,12 @@ import torch
 
 from autokernel.ops.smollm2 import CONTEXT, HEAD_DIM, N_HEAD, N_HEAD_KV
 from autokernel.ops.smollm2 import ROPE_THETA as THETA
-from autokernel.ops.spec import OpSpec, Shape, elem_size, sample
+from autokernel.ops.spec import OpSpec, Shape, draw, elem_size, sample
+
+# rope's freq_base in production: Llama 2 10000, SmolLM2 100000, Llama 3 500000, Qwen2 1000000. Each case draws one
+# of these or an integer log-uniform over 1e4..1e6 (every released theta is an integer, and the launcher's float32
+# argument holds integers to 2^24 exactly): a kernel with theta baked in is wrong on most cases.
+THETAS = (10000.0, THETA, 500000.0, 1000000.0)
 
 
 def reference(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor:
@@ -44,7 +49,8 @@ def make_inputs(shape: Shape, dtype, device, gen, dist="normal"):
     fused = bool(torch.randint(0, 2, (1,), generator=gen))
     x = sample((B, T, H + 2, D), dtype, device, gen, dist)[:, :, 1:H + 1, :] if fused else \
         sample((B, T, H, D), dtype, device, gen, dist)
-    return {"x": x, "positions": make_positions(B, T, device, gen), "theta": THETA}
+    return {"x": x, "positions": make_positions(B, T, device, gen),  # theta drawn last: the tensors stay the seed's
+            "theta": float(round(draw(gen, THETAS[0], THETAS[-1], THETAS)))}
 
 
 def shape_of(x, positions, theta) -> Shape:
@@ -64,7 +70,8 @@ SPEC = OpSpec(
     odd_shapes=({"B": 1, "T": 1, "H": 1, "D": 2}, {"B": 3, "T": 7, "H": 5, "D": 42},
                 {"B": 2, "T": 43, "H": 3, "D": 6}),
     doc="Rotary position embedding, GGUF llama layout: x (B, T, H, D), possibly a strided view, positions (B, T) "
-        "int32 (left-padded batches: rows differ), theta (100000.0). Adjacent pairs rotate: with angle = "
+        "int32 (left-padded batches: rows differ), theta the model's base (SmolLM2 100000.0, Llama 3 500000.0; any "
+        "value from 1e4 to 1e6). Adjacent pairs rotate: with angle = "
         "pos * theta ** (-2i / D), out[..., 2i] = x[2i] cos - x[2i+1] sin, out[..., 2i+1] = x[2i] sin + "
         "x[2i+1] cos. Angles in float32; returns a new contiguous tensor in x's dtype.",
     extra={"sweep": ("B", "T")},  # the numeric stage sweeps batch and tokens (autokernel/gate/schedule.py)

@@ -2,9 +2,12 @@
 import torch
 
 from autokernel.ops.smollm2 import VOCAB
-from autokernel.ops.spec import OpSpec, Shape, elem_size, sample
+from autokernel.ops.spec import OpSpec, Shape, draw, elem_size, sample
 
+# Sampling temperatures users set: each case draws 0.7 (a common default), 1.0 (plain softmax) or a value
+# log-uniform over 0.1..2: a kernel with the temperature baked in is wrong on most cases.
 TEMPERATURE = 0.7
+TEMPERATURES = (0.1, 2.0)
 
 
 def reference(logits: torch.Tensor, temperature: float) -> torch.Tensor:
@@ -13,7 +16,8 @@ def reference(logits: torch.Tensor, temperature: float) -> torch.Tensor:
 
 
 def make_inputs(shape: Shape, dtype, device, gen, dist="normal"):
-    return {"logits": sample((shape["M"], shape["V"]), dtype, device, gen, dist), "temperature": TEMPERATURE}
+    return {"logits": sample((shape["M"], shape["V"]), dtype, device, gen, dist),
+            "temperature": draw(gen, *TEMPERATURES, (TEMPERATURE, 1.0))}
 
 
 def shape_of(logits, temperature) -> Shape:
@@ -29,8 +33,8 @@ SPEC = OpSpec(
     bytes_moved=lambda s, dt: s["M"] * s["V"] * (2 * elem_size(dt) + 4),  # logits read twice, float32 probs written
     model_shapes=({"M": 1, "V": VOCAB}, {"M": 4, "V": VOCAB}),
     odd_shapes=({"M": 3, "V": 431}, {"M": 1, "V": 6}, {"M": 2, "V": 1823}, {"M": 1, "V": 1}),
-    doc="Softmax over the last dim of logits (M, V) divided by temperature (> 0): probs = exp(z - max z) / "
-        "sum(exp(z - max z)) with z = logits / temperature, numerically stable (subtract the row max). V can be "
-        "far larger than one block (49152), so stream the row (online max and sum). probs are float32 whatever "
-        "the logits' dtype; accumulate in float32.",
+    doc="Softmax over the last dim of logits (M, V) divided by temperature (> 0; 0.1 to 2 in practice): probs = "
+        "exp(z - max z) / sum(exp(z - max z)) with z = logits / temperature, numerically stable (subtract the row "
+        "max). V can be far larger than one block (49152), so stream the row (online max and sum). probs are "
+        "float32 whatever the logits' dtype; accumulate in float32.",
 )

@@ -56,6 +56,17 @@ def sample(shape: tuple[int, ...], dtype: torch.dtype, device: str | torch.devic
     return x.to(dtype=dtype, device=device)
 
 
+def draw(gen: torch.Generator, lo: float, hi: float, common: tuple[float, ...] = ()) -> float:
+    """A scalar argument (rope's theta, a temperature, an eps, a scale) for one case, drawn from the case's secret
+    generator: half the time one of `common` (values production sends), else log-uniform over [lo, hi]. Make it after
+    the case's tensors, so those stay what the seed made them before. A kernel that ignores the scalar, or is right
+    at one value only, is wrong on most cases (docs/shortcuts.md, "scalars")."""
+    if common and int(torch.randint(0, 2, (1,), generator=gen)):
+        return float(common[int(torch.randint(0, len(common), (1,), generator=gen))])
+    u = float(torch.rand((), generator=gen, dtype=torch.float64))
+    return float(lo * (hi / lo) ** u)
+
+
 def upcast(kwargs: dict[str, Any]) -> dict[str, Any]:
     """The float64 copy of a call's arguments, for the reference that errors are measured against."""
     out = {}

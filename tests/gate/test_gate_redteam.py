@@ -178,3 +178,22 @@ def test_far_rope_positions_reach_the_context():
     from autokernel.ops.rope import CONTEXT, make_positions
     pos = make_positions(4, 24, "cpu", torch.Generator().manual_seed(0))
     assert int(pos.max()) > CONTEXT - 64 and int(pos.max()) < CONTEXT and int(pos.min()) >= 0
+
+
+@pytest.mark.parametrize("op, arg, lo, hi, model", [
+    ("rope", "theta", 1e4, 1e6, 100000.0), ("softmax", "temperature", 0.1, 2.0, 0.7),
+    ("rmsnorm", "eps", 1e-6, 1e-5, 1e-5), ("add_rmsnorm", "eps", 1e-6, 1e-5, 1e-5),
+    ("attention", "scale", 0.5 / 8, 2.0 / 8, 1 / 8), ("attention_decode", "scale", 0.5 / 8, 2.0 / 8, 1 / 8)])
+def test_scalars_are_drawn_per_case_from_the_secret_seed(op, arg, lo, hi, model):
+    """A kernel that ignores rope's theta or softmax's temperature was accepted while every case had the model's
+    value (issue 25): each case draws its scalar from the case's generator, over the production range, the model's
+    own value among the draws; the same seed gives the same value."""
+    spec = get(op)
+    shape = dict(spec.model_shapes[0])
+
+    def drawn(seed: int) -> float:
+        return spec.make_inputs(shape, torch.float32, "cpu", torch.Generator().manual_seed(seed))[arg]
+    values = [drawn(s) for s in range(64)]
+    assert all(lo * (1 - 1e-9) <= v <= hi * (1 + 1e-9) for v in values), (min(values), max(values))
+    assert len(set(values)) > 16 and model in values and drawn(5) == values[5]
+    assert min(values) < lo * 2 and max(values) > hi / 2  # the range's ends are reached, not one corner

@@ -55,6 +55,6 @@ def test_softmax_without_max_subtraction_is_caught():
 
 def test_softmax_ignoring_temperature_is_caught():
     gen = torch.Generator().manual_seed(3)
-    kw = SPEC.make_inputs({"M": 2, "V": 3001}, torch.float32, "cpu", gen)
-    wrong = torch.softmax(kw["logits"], -1)
+    kw = {**SPEC.make_inputs({"M": 2, "V": 3001}, torch.float32, "cpu", gen), "temperature": 0.5}  # not the drawn
+    wrong = torch.softmax(kw["logits"], -1)  # one: a draw of 1.0 would make this right
     assert not compare(wrong, SPEC.reference(**upcast(kw)), SPEC.reference(**kw), torch.float32).ok
