@@ -49,6 +49,8 @@ from autokernel.gate import coverage, judge  # noqa: E402
 from autokernel.gate.allowlist import ALLOC, COPY, LAUNCH_ONLY, POISONED, VIEW  # noqa: E402  (one table: static too)
 
 ALLOWED_OPS = ALLOC | VIEW | COPY | LAUNCH_ONLY | {"fill_"}  # by name: what the parent re-checks each call's ops for
+CANARY_BYTES = 4096  # guard bytes before and after every allocation made in a call and every input's storage
+CANARY = 0xA5  # their value: a kernel writing outside its tensors changes some of them
 KEEP_OUTPUTS = 8  # recent calls' outputs kept alive: a later call may not hand their storage out again
 STRICT = (__name__, "autokernel.gate.allowlist")  # compared value for value by every snapshot
 
@@ -77,6 +79,7 @@ class Guard(TorchDispatchMode):
         self.violation: str | None = None
         self.in_launch = 0
         self.ops: dict[str, int] = {}
+        self.fences: list[tuple[torch.Tensor, int]] = []  # this call's allocations: (guarded bytes, their size)
 
     def __torch_dispatch__(self, func, types_, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -89,6 +92,7 @@ class Guard(TorchDispatchMode):
             raise Forbidden(why)
         out = func(*args, **kwargs)
         if name in POISONED and not self.in_launch and isinstance(out, torch.Tensor):
+            out = fenced(out, self.fences)
             _fill_poison(out, self.poison)
         return out
 
@@ -209,6 +213,35 @@ def _tensors(kwargs: dict) -> dict[str, torch.Tensor]:
     return {k: v for k, v in kwargs.items() if isinstance(v, torch.Tensor)}
 
 
+def fenced(t: torch.Tensor, fences: list, storages: dict | None = None) -> torch.Tensor:
+    """t on a new storage with CANARY_BYTES of CANARY before and after its own (same values, dtype, size, strides;
+    its storage offset moves past the guard); the guarded bytes go into `fences`. `storages`: for tensors sharing a
+    storage (views of one input), the new storage made for the first (keyed by the old storage's address)."""
+    old = t.untyped_storage()
+    key = old.data_ptr()
+    if storages is not None and key in storages:
+        big = storages[key]
+    else:
+        n = old.nbytes()
+        big = _empty(2 * CANARY_BYTES + n, dtype=torch.uint8, device=t.device)
+        big[:CANARY_BYTES].fill_(CANARY)
+        big[CANARY_BYTES + n:].fill_(CANARY)
+        big[CANARY_BYTES:CANARY_BYTES + n].copy_(_empty(0, dtype=torch.uint8, device=t.device).set_(old))
+        fences.append((big, n))
+        if storages is not None:
+            storages[key] = big
+    return _empty(0, dtype=t.dtype, device=t.device).set_(
+        big.untyped_storage(), CANARY_BYTES // t.element_size() + t.storage_offset(), t.size(), t.stride())
+
+
+def breached(fences: list) -> int | None:
+    """The index of the first fence whose guard bytes changed, or None."""
+    for i, (big, n) in enumerate(fences):
+        if not (bool((big[:CANARY_BYTES] == CANARY).all()) and bool((big[CANARY_BYTES + n:] == CANARY).all())):
+            return i
+    return None
+
+
 def _storage_bytes(t: torch.Tensor) -> torch.Tensor:
     """The tensor's whole storage as uint8: what a mutation check must cover (a view's neighbours too)."""
     return _empty(0, dtype=torch.uint8, device=t.device).set_(t.untyped_storage())
@@ -240,11 +273,13 @@ def _refill(a: dict, b: dict) -> dict:
 
 # --- one call ---------------------------------------------------------------------------------------------------------
 
-def _call(launcher, kwargs: dict, guard: Guard, hook: LaunchHook, where: str, kept: list[torch.Tensor]) -> list:
+def _call(launcher, kwargs: dict, guard: Guard, hook: LaunchHook, where: str, kept: list[torch.Tensor],
+          input_fences: list = ()) -> list:
     """Make one call under the guard; its outputs, or Reject at the first thing only this process can see."""
     inputs = _tensors(kwargs)
     pristine = {k: _storage_bytes(v).clone() for k, v in inputs.items()}
     guard.violation, hook.count = None, 0
+    guard.fences = []
     try:
         with guard:
             res = launcher(**kwargs)
@@ -257,6 +292,11 @@ def _call(launcher, kwargs: dict, guard: Guard, hook: LaunchHook, where: str, ke
     if hook.count == 0:
         raise Reject("runtime.no_triton_launch", f"the call launched none of the candidate's @triton.jit kernels "
                                                  f"({where})")
+    for what, fences in (("a tensor the call allocated", guard.fences), ("an input", list(input_fences))):
+        if breached(fences) is not None:
+            raise Reject("runtime.out_of_bounds", f"the call wrote outside the memory of {what} (the guard bytes "
+                                                  f"around it changed) ({where})")
+    guard.fences = []
     outs = list(res) if isinstance(res, (tuple, list)) else [res]
     _check_outputs(outs, inputs, kept, where)
     for k, v in inputs.items():
@@ -369,7 +409,8 @@ def _run_calls(launcher, payload: NumericPayload, job: Path, guard: Guard, hook:
         cid = call["case"]
         st = state.get(cid) or state.setdefault(cid, _CaseState(job, payload["cases"][cid]))
         try:
-            outs, record = _one_call(launcher, st.args(call["mode"], call["values"]), call, guard, hook, kept)
+            outs, record = _one_call(launcher, st.args(call["mode"], call["values"]), call, guard, hook, kept,
+                                     st.fences)
         except Reject as r:
             r.case = cid
             raise
@@ -381,12 +422,12 @@ def _run_calls(launcher, payload: NumericPayload, job: Path, guard: Guard, hook:
 
 
 def _one_call(launcher, args: dict, call: CallSpec, guard: Guard, hook: LaunchHook,
-              kept: list[torch.Tensor]) -> tuple[list, CallRecord]:
+              kept: list[torch.Tensor], input_fences: list = ()) -> tuple[list, CallRecord]:
     where = f"call {call['id']} ({call['mode']} {call['values']}, programs {call['order']}), case {call['case']}"
     hook.order.set(call["order"], call["perm_key"])
     ops_before = dict(guard.ops)
     t_call = _perf()
-    outs = _call(launcher, args, guard, hook, where, kept)
+    outs = _call(launcher, args, guard, hook, where, kept, input_fences)
     seconds = _perf() - t_call
     hook.order.set("asc", 0)
     snap = _BytesIO()  # the values as the call returned them, not as a later thread leaves them
@@ -403,10 +444,14 @@ class _CaseState:
 
     def __init__(self, job: Path, files: dict[str, str]):
         self.job, self.files = job, files
+        self.fences: list = []  # every loaded input storage's guard bytes (checked after each of the case's calls)
         self.a = self.current = self.load("a")
 
     def load(self, values: str) -> dict:
-        return torch.load(self.job / self.files[values], weights_only=True)
+        """The value set's tensors, each storage moved between guard bytes (views keep sharing theirs)."""
+        raw = torch.load(self.job / self.files[values], weights_only=True)
+        storages: dict = {}
+        return {k: fenced(v, self.fences, storages) if isinstance(v, torch.Tensor) else v for k, v in raw.items()}
 
     def args(self, mode: str, values: str) -> dict:
         if mode == "copy":  # a's values at new addresses (and new tensor objects), while A is alive

@@ -35,6 +35,8 @@ REASONS = {
     "runtime.torch_compute": "torch ran compute (not allocation/view/copy) during a call or at import",
     "runtime.global_state": "torch flags, RNG state, patched functions or trusted modules changed",
     "runtime.thread": "the candidate started a thread",
+    "runtime.out_of_bounds": "a call wrote outside the memory of its inputs and of the tensors it allocated (guard "
+                             "bytes around each changed)",
     "runtime.incomplete": "the job did not return every call the gate asked for (or returned ones it did not ask for)",
     "numeric.bad_output": "output is not a plain torch.Tensor of the reference's count, shape, dtype and layout",
     "numeric.aliasing": "output shares storage with an input or with an earlier call's output",

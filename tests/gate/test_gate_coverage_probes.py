@@ -207,3 +207,40 @@ def test_an_output_that_is_a_view_of_a_much_larger_buffer_is_refused():
     assert judge.bloated(torch.empty(4, 1024)[:, :576]) is None  # a row padded to a power of 2
     assert judge.bloated(torch.empty(576, 4).t()) is None
     assert judge.bloated(torch.empty(0)) is None
+
+
+def test_a_write_past_an_output_is_seen_by_the_guard_bytes_and_only_by_them(tmp_path):
+    """Canaries: the fixture rmsnorm/oob_store_tail writes one element past its output on the last row. Its output
+    is right (nothing else in the gate sees the write); the guard bytes around the output's storage do."""
+    from gate_fixtures import FIXTURES
+
+    from autokernel import kernel_loader
+    from autokernel.gate import child
+    from autokernel.ops.spec import upcast
+    spec = get("rmsnorm")
+    kw = spec.make_inputs({"M": 5, "N": 37}, torch.float32, "cpu", torch.Generator().manual_seed(0))
+    copy = tmp_path / "rmsnorm.py"
+    copy.write_bytes((FIXTURES / "rmsnorm" / "oob_store_tail.py").read_bytes())
+    mod = kernel_loader.load_kernel("rmsnorm", copy)
+    try:
+        fences: list = []
+        real_empty = torch.empty
+        made = []
+
+        def fenced_empty(*a, **k):
+            made.append(child.fenced(real_empty(*a, **k), fences))
+            return made[-1]
+        torch.empty = fenced_empty
+        try:
+            y = mod.rmsnorm(**kw)
+        finally:
+            torch.empty = real_empty
+        ref = spec.reference(**upcast(kw))
+        assert torch.allclose(y.double(), ref, rtol=1e-5, atol=1e-6)  # right where anyone looks
+        assert child.breached(fences) == 0  # ... and the write past the end is caught
+        fences2: list = []
+        clean = child.fenced(torch.ones(8), fences2)
+        clean.mul_(2)
+        assert child.breached(fences2) is None
+    finally:
+        kernel_loader.load_kernel("rmsnorm")
