@@ -122,7 +122,8 @@ def main() -> None:
     from autokernel.agent import ledger
     from autokernel.gate import command as gate_command
     from autokernel.profile import command as profile_command
-    for stage in (gate_command, profile_command, policy_command, run, ledger):
+    from autokernel.target import init_command
+    for stage in (gate_command, profile_command, policy_command, run, ledger, init_command):
         stage.register(app)
     _die_with_jobs()
     try:

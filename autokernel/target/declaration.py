@@ -1,0 +1,156 @@
+"""A target's declaration: `autokernel.toml` at the root of the checkout (field by field: docs/targets.md).
+
+    [engine]
+    build = "llama_liger.engine:build"        # () -> an object with workload() and logits(ids)
+
+    [ops.rms_norm]                             # one table per op the loop may rewrite; the name is the file's stem
+    file = "llama_liger/ops/rms_norm.py"       # a regular file inside the checkout, not a symlink
+    launchers = ["rms_norm_forward"]           # functions of that file the engine calls (the public signature)
+    reference = "llama_liger.reference:rms_norm_forward"   # torch, with the launcher's signature ("TODO": not yet)
+    outputs = [0, 2]                           # optional: which return values are compared (default: all tensors)
+    tolerance = { atol = 1e-5, rtol = 1e-5 }   # optional: replaces the derived tolerance
+    protected = false                          # optional: true = never rewritten
+
+The file is untrusted input (docs/design.md, trust rule 6): it is read as a regular file inside the checkout, every
+module and file it names must be one too, and nothing in it is imported or run here: its code runs in the sandbox.
+"""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from autokernel import paths
+from autokernel.errors import UserError
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
+
+NAME = "autokernel.toml"
+TODO = "TODO"
+ENTRY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*\Z")
+QUALNAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*\Z")
+OP_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}\Z")
+OP_FIELDS = {"file", "launchers", "reference", "outputs", "tolerance", "protected"}
+HELP = "(docs/targets.md)"
+
+
+@dataclass
+class Op:
+    name: str
+    file: str  # relative to the checkout
+    launchers: list[str]
+    reference: str  # "module:function" or TODO
+    outputs: list[int] | None = None
+    tolerance: dict[str, float] | None = None
+    protected: bool = False
+
+
+@dataclass
+class Declaration:
+    path: Path
+    build: str | None  # the engine's "module:function"
+    ops: dict[str, Op] = field(default_factory=dict)
+
+
+def module_file(root: Path, module: str, what: str) -> Path:
+    """The file of `module` in the checkout (a.b -> a/b.py or a/b/__init__.py): a regular file inside it, not a
+    symlink; else UserError naming `what` (the field) and the module."""
+    base = Path(root, *module.split("."))
+    for cand in (base.with_suffix(".py"), base / "__init__.py"):
+        if os.path.lexists(cand):
+            return checkout_file(root, cand, what)
+    raise UserError(f"{what}: module {module!r} is not a file of the checkout {root} (looked for "
+                    f"{base.relative_to(root)}.py and {base.relative_to(root)}/__init__.py) {HELP}")
+
+
+def checkout_file(root: Path, path: Path, what: str) -> Path:
+    """`path` when it is a regular file inside the checkout and not a symlink; else UserError naming `what`."""
+    if not Path(os.path.abspath(path)).is_relative_to(Path(root).resolve()):
+        raise UserError(f"{what}: {path} is outside the checkout {root}; autokernel reads and rewrites only files "
+                        f"inside it {HELP}")
+    if Path(path).is_symlink():
+        raise UserError(f"{what}: {path} is a symlink; autokernel reads and rewrites only regular files of the "
+                        f"checkout (replace the link with the file) {HELP}")
+    try:
+        return paths.regular_inside(path, root)
+    except UserError as e:
+        raise UserError(f"{what}: {e}") from None
+
+
+def load(root: Path) -> Declaration | None:
+    """The checkout's declaration, checked field by field; None when there is none."""
+    path = root / NAME
+    if not os.path.lexists(path):
+        return None
+    checkout_file(root, path, NAME)
+    text = paths.read_text(path, root, limit=1 << 20)
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise UserError(f"{path}: not valid TOML: {e} {HELP}") from None
+    unknown = sorted(set(data) - {"engine", "ops"})
+    if unknown:
+        raise UserError(f"{path}: unknown table [{unknown[0]}]; a declaration has [engine] and [ops.<name>] {HELP}")
+    engine = _table(data, "engine", path)
+    build = engine.get("build")
+    if build is not None:
+        entry(build, f"{path}: [engine] build", root)
+    ops = {name: _op(name, spec, path, root) for name, spec in _table(data, "ops", path).items()}
+    return Declaration(path, build, ops)
+
+
+def _table(data: dict, key: str, path: Path) -> dict:
+    value = data.get(key, {})
+    if not isinstance(value, dict):
+        raise UserError(f"{path}: {key} must be a table ([{key}]) {HELP}")
+    return value
+
+
+def entry(value, what: str, root: Path) -> str:
+    if not isinstance(value, str) or not ENTRY.match(value):
+        raise UserError(f"{what}: expected \"package.module:function\", got {str(value)[:80]!r} {HELP}")
+    module_file(root, value.partition(":")[0], what)
+    return value
+
+
+def _op(name: str, spec, path: Path, root: Path) -> Op:
+    where = f"{path}: [ops.{name}]"
+    if not OP_NAME.match(name) or not isinstance(spec, dict):
+        raise UserError(f"{where}: an op is a table named with letters, digits, _ or - {HELP}")
+    unknown = sorted(set(spec) - OP_FIELDS)
+    if unknown:
+        raise UserError(f"{where}: unknown field {unknown[0]!r}; fields: {', '.join(sorted(OP_FIELDS))} {HELP}")
+    file = spec.get("file")
+    if not isinstance(file, str) or not file.endswith(".py"):
+        raise UserError(f"{where} file: a .py path relative to the checkout is required {HELP}")
+    checkout_file(root, root / file, f"{where} file")
+    launchers = spec.get("launchers")
+    if not (isinstance(launchers, list) and launchers and all(isinstance(x, str) and QUALNAME.match(x)
+                                                               for x in launchers)):
+        raise UserError(f"{where} launchers: a list of the file's function names is required {HELP}")
+    reference = spec.get("reference", TODO)
+    if reference != TODO:
+        entry(reference, f"{where} reference", root)
+    outputs = spec.get("outputs")
+    if outputs is not None and not (isinstance(outputs, list) and outputs and all(
+            type(i) is int and 0 <= i < 64 for i in outputs)):
+        raise UserError(f"{where} outputs: a list of indices into the launcher's return values {HELP}")
+    tol = spec.get("tolerance")
+    if tol is not None and not (isinstance(tol, dict) and set(tol) <= {"atol", "rtol"} and tol and all(
+            type(v) in (int, float) and 0 <= v < 1 for v in tol.values())):
+        raise UserError(f"{where} tolerance: {{ atol = ..., rtol = ... }}, each in [0, 1) {HELP}")
+    protected = spec.get("protected", False)
+    if type(protected) is not bool:
+        raise UserError(f"{where} protected: true or false {HELP}")
+    return Op(name, file, list(launchers), reference, outputs, tol and {k: float(v) for k, v in tol.items()},
+              protected)
+
+
+def quote(s: str) -> str:
+    """A TOML basic string (JSON's escapes are TOML's, \\uXXXX included)."""
+    import json
+    return json.dumps(s, ensure_ascii=True)

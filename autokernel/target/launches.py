@@ -1,0 +1,213 @@
+"""Sandbox side of discovery: build the checkout's engine, run its workload, record every Triton launch. Trusted
+harness code; the engine it calls is the checkout's (untrusted), so what comes back is data the parent re-checks
+(autokernel/target/discover.py).
+
+The hook wraps the one method every launch goes through, `JITFunction.run` (compiled) or
+`InterpretedFunction.run` (TRITON_INTERPRET=1), below `kernel[grid](...)`, `@triton.autotune` and
+`@triton.heuristics`. Per launch it records the kernel (name, file, line), its grid, its arguments (tensors:
+dtype, shape, strides; scalars: type and value) and the launch site: the nearest frame of the stack that is in a
+file of the checkout (the launcher: the Python function that called `kernel[grid]`, with its parameter names).
+Time is the launch's wall time: under the interpreter the kernel itself; where kernels compile, the host side only
+(an asynchronous launch), so no share is claimed there.
+"""
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+
+MAX_SIGNATURES = 32  # distinct argument signatures kept per (kernel, site); more are counted, not listed
+MAX_GRIDS = 16
+MAX_GROUPS = 512  # distinct (kernel, site) pairs kept
+_SCALARS = (bool, int, float)
+
+
+def _describe(value):
+    """One argument as plain data: ("tensor", dtype, shape, strides) | (type name, value) | ("other", type name)."""
+    if hasattr(value, "data_ptr") and hasattr(value, "shape"):
+        return ("tensor", str(value.dtype).removeprefix("torch."), tuple(int(s) for s in value.shape),
+                tuple(int(s) for s in value.stride()))
+    if type(value) in _SCALARS or value is None:
+        return (type(value).__name__, value)
+    if type(value) is str:
+        return ("str", value[:64])
+    return ("other", type(value).__name__)
+
+
+class LaunchHook:
+    """Records launches while `active`; `groups` is the result, keyed by (kernel file, kernel, site file, site)."""
+
+    def __init__(self, root: str):
+        self.root = os.path.abspath(root).rstrip(os.sep) + os.sep
+        self.active = False
+        self.groups: dict[tuple, dict] = {}
+        self.dropped = 0  # launches past MAX_GROUPS
+        self.overhead_s = 0.0  # the hook's own time (stack walk, argument description), launches excluded
+        self._inside: dict[str, str | None] = {}
+
+    def rel(self, filename: str) -> str | None:
+        """The path of `filename` relative to the checkout, None when it is not a file of it."""
+        r = self._inside.get(filename)
+        if r is None and filename not in self._inside:
+            a = os.path.abspath(filename)
+            r = self._inside[filename] = a[len(self.root):] if a.startswith(self.root) else None
+        return r
+
+    def site(self, frame) -> dict | None:
+        """The nearest frame in the checkout: the launcher."""
+        while frame is not None:
+            rel = self.rel(frame.f_code.co_filename)
+            if rel is not None:
+                code = frame.f_code
+                nparams = code.co_argcount + code.co_kwonlyargcount
+                return {"file": rel, "function": getattr(code, "co_qualname", code.co_name),
+                        "def_line": code.co_firstlineno, "line": frame.f_lineno,
+                        "params": list(code.co_varnames[:nparams])}
+            frame = frame.f_back
+        return None
+
+    def wrap(self, run):
+        hook = self
+
+        def run_recorded(kernel, *args, grid, warmup, **kwargs):
+            if not hook.active or warmup:
+                return run(kernel, *args, grid=grid, warmup=warmup, **kwargs)
+            t0 = time.perf_counter()
+            out = run(kernel, *args, grid=grid, warmup=warmup, **kwargs)
+            t1 = time.perf_counter()
+            hook.record(kernel, args, kwargs, grid, t1 - t0, sys._getframe(1))
+            hook.overhead_s += time.perf_counter() - t1
+            return out
+
+        run_recorded._ak_hook = True
+        return run_recorded
+
+    def install(self) -> None:
+        import triton.runtime.jit as jit
+        classes = [jit.JITFunction]
+        try:
+            from triton.runtime.interpreter import InterpretedFunction
+            classes.append(InterpretedFunction)
+        except ImportError:  # pragma: no cover - a triton without the interpreter
+            pass
+        for cls in classes:
+            if not getattr(cls.run, "_ak_hook", False):
+                cls.run = self.wrap(cls.run)
+
+    def record(self, kernel, args, kwargs, grid, seconds: float, frame) -> None:
+        fn = getattr(kernel, "fn", None)
+        code = getattr(fn, "__code__", None)
+        name = getattr(fn, "__name__", type(kernel).__name__)
+        kfile = code.co_filename if code is not None else "?"
+        site = self.site(frame)
+        key = (kfile, name, site and site["file"], site and site["function"])
+        g = self.groups.get(key)
+        if g is None:
+            if len(self.groups) >= MAX_GROUPS:
+                self.dropped += 1
+                return
+            g = self.groups[key] = {"kernel": name, "kernel_file": self.rel(kfile) or kfile, "kernel_in_checkout":
+                                    self.rel(kfile) is not None, "kernel_line": code.co_firstlineno if code else 0,
+                                    "site": site, "calls": 0, "seconds": 0.0, "grids": [], "signatures": [],
+                                    "signature_calls": [], "other_signatures": 0, "lines": []}
+        g["calls"] += 1
+        g["seconds"] += seconds
+        if site is not None and site["line"] not in g["lines"] and len(g["lines"]) < 8:
+            g["lines"].append(site["line"])
+        try:
+            grid_v = grid(self._named(kernel, args, kwargs)) if callable(grid) else grid
+            grid_v = tuple(int(x) for x in grid_v)
+        except Exception:  # noqa: BLE001 -- a grid lambda that wants launch meta-parameters: not recorded
+            grid_v = None
+        if grid_v is not None and grid_v not in g["grids"] and len(g["grids"]) < MAX_GRIDS:
+            g["grids"].append(grid_v)
+        sig = tuple(self._named(kernel, args, kwargs, describe=True).items())
+        if sig in g["signatures"]:
+            g["signature_calls"][g["signatures"].index(sig)] += 1
+        elif len(g["signatures"]) < MAX_SIGNATURES:
+            g["signatures"].append(sig)
+            g["signature_calls"].append(1)
+        else:
+            g["other_signatures"] += 1
+
+    @staticmethod
+    def _named(kernel, args, kwargs, describe: bool = False) -> dict:
+        names = list(getattr(kernel, "arg_names", []) or [])
+        out = {}
+        for i, v in enumerate(args):
+            out[names[i] if i < len(names) else f"arg{i}"] = _describe(v) if describe else v
+        for k, v in kwargs.items():
+            if k in names:
+                out[k] = _describe(v) if describe else v
+        return out
+
+    def result(self) -> list[dict]:
+        out = []
+        for g in self.groups.values():
+            g = dict(g)
+            g["signatures"] = [[list(kv) for kv in sig] for sig in g["signatures"]]
+            out.append(g)
+        return out
+
+
+def _where(root: str) -> str:
+    """The innermost frame of the current exception that is in the checkout: "file:line" (or "")."""
+    tb = sys.exc_info()[2]
+    hook, found = LaunchHook(root), ""
+    while tb is not None:
+        rel = hook.rel(tb.tb_frame.f_code.co_filename)
+        if rel is not None:
+            found = f"{rel}:{tb.tb_lineno}"
+        tb = tb.tb_next
+    return found
+
+
+def _failed(stage: str, root: str, e: BaseException) -> dict:
+    traceback.print_exc()  # the job's log (sandbox.log, written by the parent)
+    last = (traceback.format_exception_only(type(e), e) or [type(e).__name__])[-1].strip()
+    return {"failed": stage, "detail": last[:500], "where": _where(root)}
+
+
+def discover(payload: dict, inputs: Path) -> dict:
+    """Sandbox entry: payload {"root": checkout, "build": "module:function", "probe_ids": [[int]]}. Returns the
+    launch groups and the timings, or {"failed": stage, "detail", "where"} when the engine broke its contract."""
+    from autokernel import device
+    device.ensure_interpreter()
+    from autokernel.target import interp
+    interpreted = interp.install()
+    root, build = payload["root"], payload["build"]
+    hook = LaunchHook(root)
+    hook.install()
+    module, _, fn = build.partition(":")
+    t0 = time.perf_counter()
+    try:
+        engine = getattr(importlib.import_module(module), fn)()
+    except BaseException as e:  # noqa: BLE001 -- the engine's own error is the user's to fix: reported as data
+        return _failed("build", root, e)
+    build_s = time.perf_counter() - t0
+    for method in ("workload", "logits"):
+        if not callable(getattr(engine, method, None)):
+            return {"failed": "contract", "detail": f"returned a {type(engine).__name__} without a {method}() "
+                                                   "method (docs/targets.md: the engine contract)", "where": ""}
+    hook.active = True
+    t0 = time.perf_counter()
+    try:
+        engine.workload()
+    except BaseException as e:  # noqa: BLE001
+        return _failed("workload", root, e)
+    finally:
+        hook.active = False
+    workload_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    try:
+        logits = engine.logits(payload["probe_ids"])
+    except BaseException as e:  # noqa: BLE001
+        return _failed("logits", root, e)
+    shape = tuple(int(s) for s in getattr(logits, "shape", ()))
+    return {"launches": hook.result(), "dropped": hook.dropped, "build_s": build_s, "workload_s": workload_s,
+            "hook_s": hook.overhead_s, "logits_s": time.perf_counter() - t0, "logits_shape": shape,
+            "logits_dtype": str(getattr(logits, "dtype", type(logits).__name__)), "interpreted": interpreted,
+            "pinned": interp.pinned()}
