@@ -16,10 +16,14 @@ Production's own calls, judged. The numeric stage calls the candidate with input
 calls it with its own (tensor layouts and ranks, index dtypes, real activations). A kernel that branches on what
 only production sends (a stride, `x.dim()`, int64 ids) is right on the first and wrong on the second, and a small
 error per call can stay under the KL limits. So the job also returns some of the candidate's calls, arguments and
-outputs as the engine made them (e2e_child.Capture: the first call of each phase, then calls at random from a secret
-seed), and each is judged here exactly as the numeric stage judges a call: `e2e.call_mismatch` names the first that
-fails. An op the model never calls with the policy's weights (embedding and matmul when the weights stay quantized)
-is run with dequantized weights, so that the stage always exercises it.
+outputs as the engine made them (e2e_child.Capture: the first call of each phase, the first call of every call site
+the candidate runs at in the decode steps, then calls at random from a secret seed), and each is judged here exactly
+as the numeric stage judges a call: `e2e.call_mismatch` names the first that fails; a call site the baseline has and
+the job returned no call of is `e2e.bad_output`. An op the model never calls with the policy's weights (embedding and
+matmul when the weights stay quantized) is run with dequantized weights, so that the stage always exercises it. An
+op only sampling calls (softmax: the greedy pass never samples) runs in a sampled pass after the greedy one
+(e2e_child.sampled: the engine's own sampler on every step's logits, at a secret temperature), where its calls are
+judged; an op the engine calls in neither pass is passed as "not exercised", never rejected for it.
 """
 from __future__ import annotations
 
@@ -41,6 +45,7 @@ from autokernel.paths import INSTALLED_LAYOUT
 from autokernel.policy import Policy
 
 CACHE = INSTALLED_LAYOUT.sandbox / "cache"
+PHASES = ("prefill", "decode")  # the greedy pass's phases: what the plan cuts; "sample" (the sampled pass) follows
 
 
 def backend() -> str:
@@ -64,7 +69,7 @@ def _key(policy: Policy, kernels_dir: Path | None = None) -> str:
     from autokernel.engine.gguf_model import embedded_model_path
     model = Path(policy.target.model) if policy.target.model else embedded_model_path()
     h = hashlib.sha256()
-    h.update(json.dumps(["decode-v3", str(model), model.stat().st_size, policy.target.weights, policy.e2e.prompts,
+    h.update(json.dumps(["decode-v4", str(model), model.stat().st_size, policy.target.weights, policy.e2e.prompts,
                          policy.e2e.max_new_tokens, backend(), device.kind()]).encode())
     if backend() == "triton":  # on CPU the baseline engine runs no kernel file (module docstring)
         for f in sorted(Path(kernels_dir or INSTALLED_LAYOUT.kernels).glob("*.py")):
@@ -73,14 +78,14 @@ def _key(policy: Policy, kernels_dir: Path | None = None) -> str:
 
 
 def baseline(policy: Policy, kernels_dir: Path | None = None) -> dict:
-    """The unmodified engine's pass (autokernel/gate/e2e_child.py decode): prompts, greedy tokens, the real positions'
-    logits, each op's calls by phase and call site (they plan the candidate's job), the engine's own time per phase,
-    and the noise floor (cached on disk)."""
+    """The unmodified engine's pass (autokernel/gate/e2e_child.py decode, then sampled): prompts, greedy tokens, the
+    real positions' logits, each op's calls by phase ("prefill", "decode", "sample") and call site (they plan the
+    candidate's job), the engine's own time per phase, and the noise floor (cached on disk)."""
     path = CACHE / f"e2e-{_key(policy, kernels_dir)}.pt"
     if path.exists():
         return torch.load(path, weights_only=True)
     from autokernel.engine import open_engine
-    from autokernel.gate.e2e_child import decode
+    from autokernel.gate.e2e_child import decode, sampled
     t0 = time.perf_counter()
     eng = open_engine(policy.target.model, kernels=backend(), weights=policy.target.weights,
                       overrides=_others(kernels_dir) or None)
@@ -89,7 +94,9 @@ def baseline(policy: Policy, kernels_dir: Path | None = None) -> dict:
     phase = _Phase(clock)
     eng.model.ops.observer = _counter(calls, phase)
     rows = [eng.encode_prompt(p) for p in policy.e2e.prompts]
-    new, logits = decode(eng, rows, policy.e2e.max_new_tokens, phase)
+    steps: list[torch.Tensor] = []
+    new, logits = decode(eng, rows, policy.e2e.max_new_tokens, phase, steps)
+    sampled(eng, steps, 1.0, 0, phase)  # counts the calls only a sampling generation makes (softmax)
     phase("end")
     eng.model.ops.observer = None
     steps = max((len(x) - len(r) for x, r in zip(logits, rows)), default=0)
@@ -169,7 +176,10 @@ def plan(op: str, policy: Policy, base: dict, measured: dict | None, rng: random
     phase and shape, counted in the baseline) is sized to gate.e2e_interpreter_budget_s; the engine's time around
     it is the same whatever the plan, and is added only to the job's time limit. Layers are taken in a secret random
     order, all of a layer's call sites together (every weight shape of the op); layers before tokens, since an error
-    small per call shows in the logits only as it adds up over layers. The first option that fits wins:
+    small per call shows in the logits only as it adds up over layers. The call sites outside the layers (the
+    embedding, the final norm, the logits head) are always taken: each is one of a kind, told apart by its weights
+    whatever the plan, so a shortcut there would hide in any layer count (issue 25: one on the final norm escaped).
+    The first option that fits wins:
     1. everywhere, prefill and e2e.max_new_tokens greedy tokens: the full check;
     2. the prefill and 2 * e2e.repeat_run greedy tokens (room for the guard's run to start anywhere in the first
        half), in as many layers as fit; then as many more tokens as still fit in those layers;
@@ -182,7 +192,7 @@ def plan(op: str, policy: Policy, base: dict, measured: dict | None, rng: random
     "new_tokens", "predicted_s"}."""
     g_max = policy.e2e.max_new_tokens
     g_min = min(g_max, 2 * policy.e2e.repeat_run)
-    calls = (base.get("calls") or {}).get(op) or {}
+    calls = {ph: s for ph, s in ((base.get("calls") or {}).get(op) or {}).items() if ph in PHASES}
     groups = sorted({e2e_child.layer_of(s) for ph in calls.values() for s in ph}, key=lambda g: (g is not None, g))
     full = {"sites": None, "layers": len(groups), "of_layers": len(groups), "prefill": True, "new_tokens": g_max,
             "predicted_s": None}
@@ -191,14 +201,15 @@ def plan(op: str, policy: Policy, base: dict, measured: dict | None, rng: random
         return full
     steps = max(int(base.get("steps", 0)), 1)
     cost = _layer_costs(op, call_s, calls, groups)
-    order = list(groups)
+    order = [g for g in groups if g is not None]
     (rng or random.Random(secrets.randbits(64))).shuffle(order)
+    fixed = [g for g in groups if g is None]  # the sites outside the layers: always (docstring)
     engine_s = float(base.get("load_s", 0.0)) + float(base.get("prefill_s", 0.0))
 
     def interpreted(k: int, prefill: bool, g: int) -> float:
         """The candidate's own predicted seconds (what the plan sizes: the engine's time around it is the same
         whatever the plan, and on a loaded machine mostly load)."""
-        chosen = order[:k]
+        chosen = fixed + order[:k]
         pre = sum(cost["prefill"][c] for c in chosen) if prefill else 0.0
         return pre + (g - 1) * sum(cost["decode"][c] for c in chosen) / steps
 
@@ -206,16 +217,17 @@ def plan(op: str, policy: Policy, base: dict, measured: dict | None, rng: random
         return interpreted(k, prefill, g) + engine_s + (g - 1) * float(base.get("step_s", 0.0))
 
     n, budget = len(order), policy.gate.e2e_interpreter_budget_s
-    options = [(n, True, g_max)] + [(k, pre, g_min) for pre in (True, False) for k in range(n, 0, -1)]
+    lowest = 1 if n else 0  # at least one layer, where the op has any
+    options = [(n, True, g_max)] + [(k, pre, g_min) for pre in (True, False) for k in range(n, lowest - 1, -1)]
     k, prefill, g = next((o for o in options if interpreted(*o) <= budget), options[-1])
     while g < g_max and interpreted(k, prefill, g + 1) <= budget:  # the layers fixed, as many tokens as fit
         g += 1
     if k == n and prefill and g == g_max:
         return {**full, "predicted_s": predict(k, prefill, g)}
-    chosen = set(order[:k])
+    chosen = set(fixed + order[:k])
     sites = {ph: sorted(s for s in calls.get(ph, {}) if e2e_child.layer_of(s) in chosen and (prefill or ph == "decode"))
-             for ph in ("prefill", "decode")}
-    return {"sites": sites, "layers": k, "of_layers": n, "prefill": prefill, "new_tokens": g,
+             for ph in PHASES}
+    return {"sites": sites, "layers": len(chosen), "of_layers": len(groups), "prefill": prefill, "new_tokens": g,
             "predicted_s": predict(k, prefill, g)}
 
 
@@ -304,11 +316,12 @@ def _returned(data: dict, base: dict, new_tokens: int) -> tuple[list[torch.Tenso
 CAPTURE_P = 0.05  # the chance that a candidate call after the first of its phase is returned for judging
 
 
-def judge_calls(op: str, blob) -> tuple[int, str]:
+def judge_calls(op: str, blob) -> tuple[int, str, set[tuple[str, str]]]:
     """The candidate's captured engine calls (e2e_child.Capture), each judged as the numeric stage judges a call
     (autokernel.ops.tolerance.judge against the float64 reference on the same arguments): (calls judged, "") when
     all pass, (k, why) naming the first that failed, (-1, why) when the data is malformed (untrusted: it comes from
-    the candidate's process, and a well-formed call is still judged by the parent)."""
+    the candidate's process, and a well-formed call is still judged by the parent); then the (phase, call site) of
+    each call judged and passed (what expected_sites is held against)."""
     import inspect
 
     from autokernel.ops import get
@@ -317,24 +330,52 @@ def judge_calls(op: str, blob) -> tuple[int, str]:
     try:
         calls = torch.load(io.BytesIO(blob), weights_only=True)
     except Exception as e:  # noqa: BLE001 -- missing or unreadable: either way no calls
-        return -1, f"the candidate engine returned no readable calls ({type(e).__name__})"
+        return -1, f"the candidate engine returned no readable calls ({type(e).__name__})", set()
     if not isinstance(calls, list) or not calls:
-        return -1, "the candidate engine returned no call of the candidate (its first call is always kept)"
+        return -1, "the candidate engine returned no call of the candidate (its first call is always kept)", set()
     sig = inspect.signature(spec.reference)
+    seen: set[tuple[str, str]] = set()
     for k, call in enumerate(calls):
         try:
             phase, site, args, outs = call
             kwargs = dict(sig.bind(*args).arguments)
+            if not isinstance(phase, str) or not isinstance(site, str):
+                raise TypeError
         except (TypeError, ValueError):
-            return -1, f"captured call {k} is malformed"
+            return -1, f"captured call {k} is malformed", seen
         outs = outs if isinstance(outs, list) else [outs]
         refs = references(spec, kwargs)
         j = judge(outs, refs.ref64, refs.eager, None, refs.floors)
         if not j.ok:
             shapes = ", ".join(f"{n} {tuple(v.shape)} {str(v.dtype).removeprefix('torch.')}"
                                for n, v in kwargs.items() if isinstance(v, torch.Tensor))
-            return k, f"{phase} call at {site} ({shapes}): {j.reason}: {j.detail}"
-    return len(calls), ""
+            return k, f"{phase} call at {site} ({shapes}): {j.reason}: {j.detail}", seen
+        seen.add((phase, site))
+    return len(calls), "", seen
+
+
+def site_phases(new_tokens: int) -> tuple[str, ...]:
+    """The phases in which the first call of every call site is captured (e2e_child.Capture): the decode steps,
+    whose calls are the smallest and reach every site the candidate runs at (the prefill where a pass has no decode
+    step), and the sampled pass."""
+    return ("decode" if new_tokens > 1 else "prefill", "sample")
+
+
+def expected_sites(calls: dict, sites: dict | None, phases: tuple[str, ...]) -> set[tuple[str, str]]:
+    """(phase, call site) of every site the candidate runs at in `phases`: the baseline's sites of the op (`calls`,
+    by phase), cut to the plan's `sites` (None: everywhere; the sampled pass is never cut)."""
+    out = set()
+    for ph in phases:
+        keep = None if sites is None or ph not in sites else set(sites[ph])
+        out |= {(ph, s) for s in calls.get(ph, {}) if keep is None or s in keep}
+    return out
+
+
+def _sample_temperature() -> float:
+    """The sampled pass's temperature: secret, from the range the softmax spec draws (autokernel/ops/softmax.py)."""
+    from autokernel.ops.softmax import TEMPERATURE, TEMPERATURES
+    from autokernel.ops.spec import draw
+    return draw(torch.Generator().manual_seed(secrets.randbits(63)), *TEMPERATURES, (TEMPERATURE, 1.0))
 
 
 def stage(op: str, candidate: Path, policy: Policy, job_dir: Path | None = None,
@@ -348,12 +389,18 @@ def stage(op: str, candidate: Path, policy: Policy, job_dir: Path | None = None,
     if not base["calls"].get(op) and policy.target.weights != "dequant":  # e.g. matmul with quantized weights
         policy = policy.model_copy(update={"target": policy.target.model_copy(update={"weights": "dequant"})})
         base = baseline(policy, kernels_dir)
+    calls = base["calls"].get(op) or {}
+    if not calls:  # nothing of the model to compare: never a rejection (issue 25)
+        return StageResult.ok("e2e", f"not exercised: the engine calls {op} in neither its greedy nor its sampled "
+                              "pass", exercised=False, weights=policy.target.weights)
     others = _others(kernels_dir, skip=op)
     p = plan(op, policy, base, measured)
     g = p["new_tokens"]
+    sample = {"temperature": _sample_temperature(), "seed": secrets.randbits(63)} if calls.get("sample") else None
     payload = {"op": op, "candidate": candidate.name, "model": policy.target.model, "backend": backend(),
                "weights": policy.target.weights, "prompts": base["prompts"], "new_tokens": g,
-               "capture_seed": secrets.randbits(63), "capture_p": CAPTURE_P,
+               "capture_seed": secrets.randbits(63), "capture_p": CAPTURE_P, "site_phases": list(site_phases(g)),
+               **({"sample": sample} if sample else {}),
                **({"sites": p["sites"]} if p["sites"] is not None else {}), **({"others": others} if others else {})}
     ro_paths = ([Path(kernels_dir).resolve()] if others else []) + (
         [Path(policy.target.model).resolve()] if policy.target.model else [])
@@ -367,7 +414,14 @@ def stage(op: str, candidate: Path, policy: Policy, job_dir: Path | None = None,
     rows, new, why = _returned(res.data, base, g)
     if why:
         return StageResult.fail("e2e", "e2e.bad_output", why)
-    judged, why = judge_calls(op, res.data.get("calls"))
+    judged, why, seen = judge_calls(op, res.data.get("calls"))
+    missing = sorted(expected_sites(calls, p["sites"], site_phases(g)) - seen)
+    if not why and missing:
+        judged, why = -1, f"the candidate engine returned no call at {missing[0][1]} ({missing[0][0]}; " \
+                          f"{len(missing)} sites in all): the first call of every call site is judged"
+    sample_error = res.data.get("sample_error")
+    if not why and sample and sample_error:
+        judged, why = -1, f"the engine's sampler failed on the candidate's output ({str(sample_error)[:120]})"
     prompts = base["prompts"]
     a, b = _compared(prompts, base["new"], _rows(base["logits"], base["lengths"]), new, rows, g)
     d = divergence(a, b)
@@ -376,7 +430,7 @@ def stage(op: str, candidate: Path, policy: Policy, job_dir: Path | None = None,
     e, m = policy.e2e, {"kl_mean": d.kl_mean, "kl_p99": d.kl_p99, "kl_max": d.kl_max, "top1": d.top1,
                         "positions": d.positions, "decode_positions": d.positions - sum(map(len, prompts)),
                         "noise_floor": floor, "repeat_runs": runs, "plan": shown, "calls_judged": max(judged, 0),
-                        "weights": policy.target.weights,
+                        "sites_judged": len(seen), "sampled_pass": sample is not None, "weights": policy.target.weights,
                         "elapsed_s": round(time.perf_counter() - t0, 2), "timeout_s": round(limits.timeout_s, 1)}
     verdict = _judge(d, runs, m, e, floor)
     if verdict.passed and why:  # the model-level checks first: a wrong model is reported as such
@@ -400,7 +454,8 @@ def _judge(d, runs: list[tuple[int, int]], m: dict, e, floor: dict) -> StageResu
     p = m["plan"]
     where = ("" if p["layers"] == p["of_layers"] else f"; candidate in {p['layers']} of {p['of_layers']} layers") + \
         ("" if p["prefill"] else "; decode steps only")
+    sampled = ", a sampled pass at the engine's sampler" if m.get("sampled_pass") else ""
     return StageResult.ok("e2e", f"KL mean {d.kl_mean:.2g} / p99 {d.kl_p99:.2g} / max {d.kl_max:.2g} nats, "
                           f"top-1 {d.top1:.3f} over {d.positions} tokens ({m['decode_positions']} decoded), "
-                          f"{m['plan']['new_tokens']} greedy tokens{where}; {m['calls_judged']} of its calls judged",
-                          **m)
+                          f"{m['plan']['new_tokens']} greedy tokens{where}{sampled}; {m['calls_judged']} of its "
+                          f"calls judged, at {m.get('sites_judged', 0)} call site(s)", **m)

@@ -259,3 +259,116 @@ def test_per_call_prediction_uses_the_nearest_measured_relative():
     pessimistic = per_call_model(get("matmul_q4_1"), {k: (e2e._shape(k), t) for k, t in call_s.items()})
     assert pessimistic({"M": 3, "N": 576, "K": 576}) > 2 * predict({"M": 3, "N": 576, "K": 576})
     assert predict({"M": 3, "N": 576, "K": 1536}) == pessimistic({"M": 3, "N": 576, "K": 1536})  # no relative
+
+
+# --- every call site judged; an op only sampling calls; an op never called (issue 25) -------------------------------
+
+def _stage_with(monkeypatch, job, base: dict, calls: list, op: str = "rmsnorm", policy: Policy | None = None):
+    """e2e.stage on a faked baseline and job (perfect logits and tokens, `calls` captured); (result, payload)."""
+    import torch
+    policy = policy or Policy()
+    g = policy.e2e.max_new_tokens
+    n = 2 + g - 1
+    base = {**_base(list(range(3, 3 + g))), **base}
+    seen = {}
+    _fake_job(monkeypatch, base, {"new": [list(range(3, 3 + g))], "lengths": [n], "logits_tensor": torch.zeros(n, 4),
+                                  "calls": calls})
+    fake = e2e.sandbox.run
+
+    def run(entry, payload, *a, **k):
+        seen["payload"] = payload
+        return fake(entry, payload, *a, **k)
+    monkeypatch.setattr(e2e.sandbox, "run", run)
+    (job / f"{op}.py").write_text("")
+    return e2e.stage(op, job / f"{op}.py", policy), seen.get("payload")
+
+
+def test_the_first_call_of_every_call_site_is_captured():
+    """A shortcut on one call site (the final norm, told apart by its weights) was neither a phase's first call nor
+    likely among the ~5% drawn: now the first call of every site in the decode steps is kept, whatever the draws."""
+    import torch
+
+    from autokernel.gate.e2e_child import Capture
+    cap = Capture(seed=0, p=0.0, site_phases=("decode",))
+    sites = [f"blk.{i}.ffn_norm" for i in range(30)] + ["output_norm"]
+    for phase in ("prefill", "decode", "decode"):  # two decode steps
+        for site in sites:
+            cap(phase, site, lambda x: x + 1, (torch.zeros(2),))
+    got = [(c[0], c[1]) for c in cap.calls]
+    assert got == [("prefill", sites[0])] + [("decode", s) for s in sites]
+
+
+def test_a_call_site_the_job_returned_no_call_of_is_bad_output(monkeypatch, job):
+    """The parent knows the sites from the baseline: a job that returns no call of one (the candidate's process is
+    untrusted) is refused, one that returns them all passes."""
+    base = {"calls": {"rmsnorm": {"decode": {"blk.0.attn_norm": {"M=1,N=576": 15}, "output_norm": {"M=1,N=576": 15}}}}}
+    calls = [["decode", site, *_rmsnorm_call()[2:]] for site in ("blk.0.attn_norm", "output_norm")]
+    r, payload = _stage_with(monkeypatch, job, base, calls[:1])
+    assert not r.passed and r.reason == "e2e.bad_output" and "output_norm (decode" in r.detail, r
+    assert payload["site_phases"] == ["decode", "sample"] and "sample" not in payload
+    r, _ = _stage_with(monkeypatch, job, base, calls)
+    assert r.passed and r.metrics["sites_judged"] == 2, r
+
+
+def test_the_sites_outside_the_layers_are_always_planned(monkeypatch):
+    """Under the interpreter the candidate runs in secret layers; the sites outside them (the final norm, the logits
+    head, the embedding) are one of a kind each, so they are always among its sites."""
+    import random
+    monkeypatch.setattr(e2e, "backend", lambda: "reference")
+    base = _planning_base()
+    for ph, n in (("prefill", 1), ("decode", 15)):
+        base["calls"]["matmul_q4_1"][ph]["output.weight"] = {f"M={120 if ph == 'prefill' else 3},N=576,K=576": n}
+    for s in range(6):
+        p = e2e.plan("matmul_q4_1", Policy(), base, _measured(0.6, 2.5), random.Random(s))
+        assert p["sites"] is not None and "output.weight" in p["sites"]["decode"], p
+        assert p["of_layers"] == 31 and len(p["sites"]["decode"]) == 7 * (p["layers"] - 1) + 1
+
+
+def test_the_sampled_pass_calls_the_engines_sampler():
+    """Greedy decoding never samples, so softmax was never called and every softmax kernel was rejected
+    (e2e.bad_output): the sampled pass runs the engine's own sampler on every step's logits, and its calls are
+    captured like any other."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from autokernel.engine.optable import OpTable
+    from autokernel.gate import e2e_child
+    eng = SimpleNamespace(model=SimpleNamespace(ops=OpTable("reference")))
+    cap = e2e_child.Capture(seed=0, p=0.0, site_phases=("decode", "sample"))
+    steps = [torch.randn(3, 50, generator=torch.Generator().manual_seed(i)) for i in range(4)]
+    err = e2e_child.sampled(eng, steps, 0.7, 1, lambda name: e2e_child.route(eng, "softmax", None, cap, name))
+    assert err == "" and [c[:2] for c in cap.calls] == [["sample", "sampler"]]
+    logits, temperature = cap.calls[0][2]
+    assert torch.equal(logits, steps[0]) and temperature == 0.7
+
+
+def test_an_op_only_the_sampler_calls_is_judged_on_the_sampled_pass(monkeypatch, job):
+    import torch
+
+    from autokernel.ops import get
+    logits = torch.randn(3, 4, generator=torch.Generator().manual_seed(0))
+    right = ["sample", "sampler", [logits, 0.5], get("softmax").reference(logits, 0.5)]
+    base = {"calls": {"softmax": {"sample": {"sampler": {"M=3,V=4": 16}}}}}
+    r, payload = _stage_with(monkeypatch, job, base, [right], op="softmax")
+    assert r.passed and r.metrics["sampled_pass"] and "sampled pass" in r.detail, r
+    assert 0.1 <= payload["sample"]["temperature"] <= 2.0
+    wrong = [*right[:3], get("softmax").reference(logits, 0.7)]
+    r, _ = _stage_with(monkeypatch, job, base, [wrong], op="softmax")
+    assert not r.passed and r.reason == "e2e.call_mismatch", r
+
+
+def test_an_op_the_engine_never_calls_is_not_exercised(monkeypatch, job):
+    """Nothing of the model to compare is a pass marked "not exercised", never a rejection."""
+    r, payload = _stage_with(monkeypatch, job, {"calls": {}}, [], op="silu_mul")
+    assert r.passed and r.metrics["exercised"] is False and "not exercised" in r.detail and payload is None, r
+
+
+@pytest.mark.slow
+def test_the_projects_softmax_passes_end_to_end(job):
+    """Every softmax kernel, the project's own included, was rejected: 'the candidate engine returned no call of the
+    candidate'. Now its calls in the sampled pass are judged."""
+    shutil.copy(ROOT / "kernels" / "softmax.py", job / "softmax.py")
+    r = e2e.stage("softmax", job / "softmax.py", Policy(e2e={"max_new_tokens": 4}))
+    print(f"e2e incumbent softmax: {r.detail}")
+    assert r.passed and r.metrics["sampled_pass"] and r.metrics["calls_judged"] >= 1, r
