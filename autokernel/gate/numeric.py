@@ -378,8 +378,8 @@ def run(spec: OpSpec, candidate: Path, job_dir: Path, limits, seed: int, planned
     det = "bitwise reproducible in any program order" if runner.bitwise else "nondeterminism allowed by policy"
     if reach and not reach["checked"]:
         note += (f"; vouched up to {reach['dim']} = {reach['vouched']} of production's {reach['production']} "
-                 f"(a call at {reach['rows']} would take ~{reach['est_s']:.0f} s under the interpreter; the gate on "
-                 "a GPU checks it)")
+                 f"(a call at {reach['rows']} would take ~{reach['est_s']:.0f} s under the interpreter and "
+                 f"~{reach['need_mb']} MB; the gate on a GPU checks it)")
     numeric = StageResult.ok("numeric", f"{runner.cases} cases ({len(shapes)} shapes x dtypes x distributions), "
                                         f"{runner.calls} calls in {runner.jobs} jobs: every element within "
                                         f"tolerance, {det}, no cache{note}",
@@ -417,6 +417,8 @@ def _steer(runner: _Runner, planned, skipped: dict[str, str], slots: list, cover
     return gaps
 
 
+REACH_BASE_MB, REACH_COPIES = 1024, 8  # a numeric job's own footprint (torch, Triton, the interpreter: ~700 MB of
+# address space measured) and how many times it holds a call's bytes at most
 REACH_BUDGET_S = 30.0  # estimated interpreter seconds the call at production's maximum may take (a decode call at
 # L = 8191 costs seconds; an 8191-row rmsnorm ~60 s on 2 cores, so that one is stated instead)
 
@@ -443,9 +445,13 @@ def _reach(runner: _Runner, planned, skipped: dict[str, str], slots: list, cover
     if big is None:
         return {}
     est = runner.call_s[big] * schedule.cost(spec, shape) / max(schedule.cost(spec, runner.shape_of[big]), 1)
+    # the job holds the inputs and outputs several times over (guard-byte copies, the saved outputs, the result
+    # frame) on top of torch and Triton: within the sandbox's memory or not made (a failure would be a verdict)
+    need_mb = REACH_BASE_MB + REACH_COPIES * spec.bytes_moved(shape, planned[0][1]) / (1 << 20)
     out = {"dim": dim, "rows": shape[dim], "vouched": cover.max_rows, "production": cover.production_rows,
-           "est_s": round(est, 1), "checked": False}
-    if est <= REACH_BUDGET_S and json_shape(shape) not in {json_shape(s) for s in shapes}:
+           "est_s": round(est, 1), "need_mb": round(need_mb), "checked": False}
+    fits = need_mb <= float(getattr(runner.limits, "memory_mb", float("inf")))
+    if est <= REACH_BUDGET_S and fits and json_shape(shape) not in {json_shape(s) for s in shapes}:
         run_chunks(runner, _chunked(runner, [case], skipped, len(slots), len(planned) + runner.steered), slots)
         out["checked"] = json_shape(shape) not in skipped
         out["vouched"] = shape[dim] if out["checked"] else cover.max_rows
