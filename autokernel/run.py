@@ -5,8 +5,14 @@ holds the run's state, its traces/ the profile, its branches the commits.
 Per op there is one path, work_on(): an agent session (agent.command.start) with an injected Model and Evaluator,
 a confirming benchmark (evaluator.confirm), the report (autokernel.git.report) and the commit (autokernel.git). The
 commands build the real model and the sandboxed evaluator; tests inject a scripted model and a stub evaluator and
-run the same code down to the commit. state.json records each op's outcome; `--resume RUN` skips finished ops and
-retries a delivery that failed (git refused) from the evidence the run already wrote, without a new session.
+run the same code down to the commit. state.json records each op's outcome; `--resume RUN` skips finished ops,
+retries a delivery that failed (git refused) from the evidence the run already wrote, without a new session, and
+benchmarks the candidates that passed the gate when the session's time ran out (out_of_time), without gating them
+again (finish_unbenched).
+
+Exit codes of `run` and `nightly` (README): 0 done (a win, or for nightly also none), 1 no improvement (run), 2 bad
+input or a model that could not be used, 3 out of time: work was left undone that `--resume` picks up (candidates
+that passed the gate and were not benchmarked, or a session that ended before the model ever replied).
 """
 from __future__ import annotations
 
@@ -35,7 +41,8 @@ from autokernel.untrusted import fenced, inert, line, markup, plain
 @dataclass
 class OpOutcome:
     op: str
-    status: str  # committed | accepted | declined | no_improvement | delivery_failed | model_error
+    status: str  # committed | accepted | declined | no_improvement | delivery_failed | model_error | out_of_time
+    #              | no_reply (the session ended before the model's first reply)
     detail: str
     speedup: float | None = None
     speedup_ci: list[float] | None = None
@@ -45,6 +52,7 @@ class OpOutcome:
     pr_body: str | None = None
     delivery: str | None = None  # the directory holding what the commit carries (written before committing)
     error: str | None = None  # the session ended because the model could not be used (Result.error): exit 2
+    unbenched: list[dict] | None = None  # out_of_time: the candidates that passed the gate, for --resume to bench
 
 
 @dataclass
@@ -153,7 +161,9 @@ def work_on(op: str, state: RunState, ctx: Context) -> OpOutcome:
     """One op: an agent session through the gate and bench, a confirming benchmark, a commit if it wins.
 
     A session the model could not finish (Result.error: the server kept failing) is an environment failure: the
-    outcome carries the error (the commands exit 2), after committing any win the session already had."""
+    outcome carries the error (the commands exit 2), after committing any win the session already had. A session
+    whose time ran out after the gate accepted a candidate (Result.unbenched) ends out_of_time, its candidates kept
+    for `--resume` (exit 3); one that ended before the model's first reply is no_reply (exit 3), not a negative."""
     from autokernel.agent import command
     from autokernel.agent.ledger import Ledger
 
@@ -163,29 +173,88 @@ def work_on(op: str, state: RunState, ctx: Context) -> OpOutcome:
     result, session = command.start(op, ctx.settings, ctx.llm, evaluator, op_dir, trace=state.trace,
                                     kernel_file=incumbent, echo=lambda s: ctx.console.print(markup(s)),
                                     ledger=Ledger.of(ctx.layout), bench=ctx.policy.bench, executor=ctx.executor)
+    u = result.usage
+    provenance = {"agent": ctx.settings.provider, "model": session.model.name, "candidates": result.submitted,
+                  "tokens": u["input_tokens"] + u["output_tokens"], "usd": f"{u['usd']:.4f}"}
+    error = line(result.error, 300) if result.error else None
+    if result.best is None and result.unbenched:
+        kept = [_keep_unbenched(op_dir, c, provenance, command.rationale(session, c.source))
+                for c in result.unbenched]
+        return OpOutcome(op, "out_of_time", f"{len(kept)} candidate(s) passed the gate and were not benchmarked "
+                         f"({result.status}: {line(result.detail, 200)})", error=error, unbenched=kept)
     if result.error and result.best is None:
         return OpOutcome(op, "model_error", f"the model could not be used: {line(result.error, 300)}; "
-                         f"{result.submitted} candidate(s) before it failed", error=line(result.error, 300))
-    out = _deliver_best(op, result, session, evaluator, incumbent, op_dir, state, ctx)
-    out.error = line(result.error, 300) if result.error else None
+                         f"{result.submitted} candidate(s) before it failed", error=error)
+    if result.best is None and result.replies == 0:
+        return OpOutcome(op, "no_reply", f"the model sent no reply ({result.status}: {line(result.detail, 200)}); "
+                         "nothing was tried")
+    if result.best is None:
+        return OpOutcome(op, "no_improvement", f"{result.status}: {line(result.detail, 200)}; {result.submitted} "
+                         "candidate(s), none both passed the gate and won the benchmark")
+    out = _deliver_best(op, result.best, provenance, command.rationale(session, result.best.source), evaluator,
+                        incumbent, op_dir, state, ctx)
+    out.error = error
     return out
 
 
-def _deliver_best(op: str, result, session, evaluator, incumbent: Path, op_dir: Path, state: RunState,
-                  ctx: Context) -> OpOutcome:
-    """The session's best candidate: confirmed by a fresh benchmark, staged, shown, committed."""
+def _keep_unbenched(op_dir: Path, candidate, provenance: dict, rationale: str) -> dict:
+    """What --resume needs to benchmark a candidate the gate accepted: its source, copied where no candidate ever
+    wrote (<op_dir>/unbenched/), the gate's verdict, and what the commit would say about where it came from."""
+    fb = candidate.feedback
+    d = op_dir / "unbenched"
+    d.mkdir(parents=True, exist_ok=True)
+    (d / f"{fb.sha256}.py").write_text(candidate.source)
+    return {"sha256": fb.sha256, "source": str(d / f"{fb.sha256}.py"),  # read back only as <op_dir>/unbenched/
+            "feedback": {k: v for k, v in fb.to_dict().items() if k != "summary"},
+            "provenance": provenance, "rationale": rationale}
+
+
+def finish_unbenched(op: str, done: dict, state: RunState, ctx: Context) -> OpOutcome:
+    """--resume of an op that ran out of time after the gate: each candidate the gate accepted is benchmarked (never
+    gated again: the verdict is the run's own, kept in state.json), each judgement goes to the ledger, and the best
+    win is confirmed and delivered as a session's would be."""
     from autokernel.agent import command
+    from autokernel.agent.evaluate import Feedback, sha256
+    from autokernel.agent.ledger import Ledger
+    from autokernel.agent.loop import Candidate, with_time_left
+
+    incumbent = command.check_op(op, ctx.policy, ctx.layout)
+    op_dir = state.run_dir / op
+    evaluator = shown(ctx.make_evaluator(op_dir, ctx.policy, state.trace, ctx.layout), ctx.console)
+    ledger, fields = Ledger.of(ctx.layout), Feedback.__dataclass_fields__
+    timed = []
+    for u in done.get("unbenched") or []:
+        digest = str(u.get("sha256"))
+        kept = op_dir / "unbenched" / f"{digest}.py"
+        source = paths.read_text(kept, state.run_dir) if len(digest) == 64 and kept.is_file() else None
+        if source is None or sha256(source) != digest:
+            raise UserError(f"{kept}: missing or changed since the gate judged it (its sha256 is in "
+                            f"{state.run_dir / 'state.json'})")
+        # timed from a fresh copy: never from the directory the candidate itself ran in
+        fb = Feedback(**{**{k: v for k, v in u["feedback"].items() if k in fields},
+                         "path": str(op_dir / f"resume-{digest[:8]}" / f"{op}.py")})
+        Path(fb.path).parent.mkdir(parents=True, exist_ok=True)
+        Path(fb.path).write_text(source)
+        ctx.console.print(f"  [cyan]{op}[/] candidate {fb.sha256[:8]} passed the gate in this run: benchmarking it")
+        fb = with_time_left(evaluator.bench)(op, source, fb, time_left_s=None)
+        ledger.record(fb, run=state.run_dir.name)
+        timed.append((Candidate(source, fb), u))
+    wins = [(c, u) for c, u in timed if c.feedback.accepted]
+    if not wins:
+        return OpOutcome(op, "no_improvement", f"{len(timed)} candidate(s) that passed the gate were benchmarked "
+                         "on --resume; none won")
+    best, u = max(wins, key=lambda w: w[0].feedback.speedup or 0.0)
+    return _deliver_best(op, best, u["provenance"], u["rationale"], evaluator, incumbent, op_dir, state, ctx)
+
+
+def _deliver_best(op: str, best, provenance: dict, rationale: str, evaluator, incumbent: Path, op_dir: Path,
+                  state: RunState, ctx: Context) -> OpOutcome:
+    """The best candidate (loop.Candidate, accepted): confirmed by a fresh benchmark, staged, shown, committed."""
     from autokernel.agent.evaluate import gate_record, sha256
     from autokernel.git import report
 
     pol, console = ctx.policy, ctx.console
-    u = result.usage
-    provenance = {"agent": ctx.settings.provider, "model": session.model.name, "candidates": result.submitted,
-                  "tokens": u["input_tokens"] + u["output_tokens"], "usd": f"{u['usd']:.4f}"}
-    if result.best is None:
-        return OpOutcome(op, "no_improvement", f"{result.status}: {line(result.detail, 200)}; {result.submitted} "
-                         "candidate(s), none both passed the gate and won the benchmark")
-    best, fb = result.best, result.best.feedback
+    fb = best.feedback
     assert sha256(best.source) == fb.sha256, "the winning source is not the one the gate judged"
     m = evaluator.confirm(op, best.source)
     if not m.files[-1].accepted:
@@ -193,7 +262,7 @@ def _deliver_best(op: str, result, session, evaluator, incumbent: Path, op_dir: 
                          f"but not in the confirming benchmark ({m.files[-1].reason}): not committed",
                          candidate=fb.path)
     s = m.files[-1].speedup
-    win = report.Win(op, m, gate_record(fb), provenance, command.rationale(session, best.source),
+    win = report.Win(op, m, gate_record(fb), provenance, rationale,
                      Path(state.trace).name if state.trace else None,
                      f"traces/autokernel/{state.run_dir.name}/{op}.json")
     out = OpOutcome(op, "accepted", line(fb.summary), s.est, [s.lo, s.hi], candidate=fb.path)
@@ -350,11 +419,13 @@ def pipeline(ctx: Context, *, op: Optional[str], resume: Optional[Path], trace: 
     outcomes = []
     for name in state.ops:
         done = state.done.get(name)
-        if done and done["status"] == "model_error":  # the model failed, the op was never tried: try it again
+        if done and done["status"] in ("model_error", "no_reply"):  # the op was never tried: try it again
             done = None
         if done and done["status"] == "delivery_failed":
             o = deliver(OpOutcome(**{k: v for k, v in done.items() if k in OpOutcome.__dataclass_fields__}),
                         state, layout, done["branch"])
+        elif done and done["status"] == "out_of_time":
+            o = finish_unbenched(name, done, state, ctx)
         elif done:
             outcomes.append(OpOutcome(**{k: v for k, v in done.items() if k in OpOutcome.__dataclass_fields__}))
             continue
@@ -396,9 +467,11 @@ def run_cmd(
     console = Console()
     ctx = context(agent=agent, model=model, base_url=base_url, repo=repo, policy_file=policy_file, console=console,
                   yes=yes, interactive=True, cluster=cluster)
-    _, outcomes = pipeline(ctx, op=op, resume=resume, trace=trace)
+    state, outcomes = pipeline(ctx, op=op, resume=resume, trace=trace)
     if model_errors(console, outcomes):
         raise typer.Exit(2)
+    if unfinished(console, state, outcomes):
+        raise typer.Exit(OUT_OF_TIME)
     if not any(o.status in ("committed", "accepted", "declined") for o in outcomes):
         console.print("no improvement: every kernel stays as it is")
         raise typer.Exit(1)
@@ -442,17 +515,49 @@ def nightly_cmd(
             base = delivery.git(ctx.layout.root, "rev-parse", "--abbrev-ref", "HEAD")
             prs.append(delivery.open_pull_request(delivery.github_slug(ctx.layout.root), o.branch, base,
                                                   body.splitlines()[0].lstrip("# "), body, token, github_api))
-    failed = [f"- {o.op}: {inert(line(o.error, 300))}" for o in outcomes if o.error]
-    pr_md = "\n\n---\n\n".join(Path(o.pr_body).read_text() for o in outcomes if o.pr_body) or (
-        "# autokernel nightly: the agent's model failed\n\n" + fenced("\n".join(failed)) + "\n" if failed else
-        "# autokernel nightly: no improvement\n\nNo candidate both passed the gate and won the benchmark.\n")
-    (out / "pr.md").write_text(pr_md)
+    (out / "pr.md").write_text(nightly_report(state, outcomes))
     (out / "summary.json").write_text(json.dumps({
         "run_dir": str(state.run_dir), "trace": state.trace, "device": device.fingerprint(),
         "outcomes": [o.__dict__ for o in outcomes], "pull_requests": prs}, indent=1, default=str))
     console.print(f"nightly: {len(committed)} commit(s); wrote {out / 'summary.json'} and {out / 'pr.md'}")
     if model_errors(console, outcomes):
         raise typer.Exit(2)
+    if unfinished(console, state, outcomes):
+        raise typer.Exit(OUT_OF_TIME)
+
+
+def nightly_report(state: RunState, outcomes: list[OpOutcome]) -> str:
+    """pr.md of a nightly: the PR bodies of its wins, else why there is none (model error, out of time, no win)."""
+    bodies = [Path(o.pr_body).read_text() for o in outcomes if o.pr_body]
+    if bodies:
+        return "\n\n---\n\n".join(bodies)
+    failed = [f"- {o.op}: {inert(line(o.error, 300))}" for o in outcomes if o.error]
+    if failed:
+        return "# autokernel nightly: the agent's model failed\n\n" + fenced("\n".join(failed)) + "\n"
+    cut = [f"- {o.op}: {o.status}: " + (f"{len(o.unbenched or [])} candidate(s) passed the gate and were not "
+                                        "benchmarked" if o.status == "out_of_time" else inert(line(o.detail, 300)))
+           for o in outcomes if o.status in ("out_of_time", "no_reply")]
+    if cut:
+        return ("# autokernel nightly: out of time\n\n" + fenced("\n".join(cut)) + f"\n\n`autokernel run --resume "
+                f"{state.run_dir}` benchmarks what passed the gate (or tries again where the model never replied); "
+                "raise `agent.max_wall_s` if this happens every night.\n")
+    return "# autokernel nightly: no improvement\n\nNo candidate both passed the gate and won the benchmark.\n"
+
+
+OUT_OF_TIME = 3  # the exit code of a run that left work for --resume (module doc)
+
+
+def unfinished(console: Console, state: RunState, outcomes: list[OpOutcome]) -> bool:
+    """One line per op the budget cut short: candidates the gate accepted and the bench never timed, or a session
+    that ended before the model's first reply. True if any: exit 3, never "no improvement"."""
+    cut = [o for o in outcomes if o.status in ("out_of_time", "no_reply")]
+    for o in cut:
+        what = (f"out of time: {o.op}: {len(o.unbenched or [])} candidate(s) passed the gate and were not "
+                f"benchmarked; `autokernel run --resume {state.run_dir}` benches them" if o.status == "out_of_time"
+                else f"no reply: {o.op}: {line(o.detail, 300)}; `autokernel run --resume {state.run_dir}` tries "
+                "it again")
+        console.print(f"[bold yellow]{markup(what, 1000)}[/]", soft_wrap=True)
+    return bool(cut)
 
 
 def model_errors(console: Console, outcomes: list[OpOutcome]) -> bool:

@@ -11,6 +11,9 @@ Given `time_left_s` (the session's deadline, autokernel/agent/loop.py), an evalu
 sandbox jobs run under sandbox.timeout_s capped at the time left, the bench's max_time_s likewise, a bench that cannot
 fit is not started, and a deadline that passes (or a sandbox.timeout under the capped limit: our clock, not the
 candidate's fault) raises the built-in TimeoutError, which ends the session as spent budget, never as a rejection.
+When that happens after the gate accepted the candidate, the TimeoutError is an Unbenched carrying the gate's verdict:
+the session keeps it (the ledger, the run's state) and `autokernel run --resume RUN` benchmarks it without gating
+it again (autokernel/run.py), so a verdict that took minutes is never thrown away for lack of time.
 """
 from __future__ import annotations
 
@@ -75,6 +78,15 @@ class Feedback:
     def brief(self) -> dict[str, Any]:
         return {"sha256": self.sha256, "verdict": self.verdict, "reason": self.reasons[0]["code"] if self.reasons
                 else None, "accepted": self.accepted, "speedup": self.speedup, "pct_of_peak": self.pct_of_peak}
+
+
+class Unbenched(TimeoutError):
+    """The deadline passed after the gate accepted a candidate and before its benchmark could end: `feedback` is the
+    gate's verdict, not yet timed (neither a rejection nor a measurement)."""
+
+    def __init__(self, message: str, feedback: Feedback):
+        super().__init__(message)
+        self.feedback = feedback
 
 
 class Evaluator(Protocol):
@@ -184,14 +196,22 @@ class SandboxEvaluator:
         """The benchmark of a source gate() accepted, filling in `feedback`'s figures: one at a time on a device
         (the caller's job when several sessions share it)."""
         digest, path = feedback.sha256, Path(feedback.path)
-        left = self._left(None if time_left_s is None else self.clock() + time_left_s,
-                          f"{digest[:8]} passed the gate with no time left for its benchmark")
+        gated = replace(feedback, reasons=list(feedback.reasons), stages=list(feedback.stages))  # before any figure
+        try:
+            left = self._left(None if time_left_s is None else self.clock() + time_left_s,
+                              f"{digest[:8]} passed the gate with no time left for its benchmark")
+        except TimeoutError as e:
+            raise Unbenched(str(e), gated) from None
         need = bench_floor_s(self.policy)
         if left is not None and left < need:
-            raise TimeoutError(f"{digest[:8]} passed the gate; its benchmark needs at least ~{need:.3g} s "
-                               f"({self.policy.bench.rounds} rounds) and {left:.3g} s are left")
-        measure(feedback, op, path, path.parent, self.cases(op), capped(self.policy, left),
-                self.layout.kernel_file(op), self.executor)
+            raise Unbenched(f"{digest[:8]} passed the gate; its benchmark needs at least ~{need:.3g} s "
+                            f"({self.policy.bench.rounds} rounds) and {left:.3g} s are left", gated)
+        policy = capped(self.policy, left)
+        measure(feedback, op, path, path.parent, self.cases(op), policy, self.layout.kernel_file(op), self.executor)
+        if policy.sandbox.timeout_s < self.policy.sandbox.timeout_s and any(
+                r["stage"] == "bench" and r["code"] == "sandbox.timeout" for r in feedback.reasons):
+            raise Unbenched(f"{digest[:8]} passed the gate; a bench job hit the deadline-capped limit of "
+                            f"{policy.sandbox.timeout_s:.3g} s (the session's clock, not the candidate's fault)", gated)
         self._keep(path.parent, feedback)
         return feedback
 

@@ -13,8 +13,9 @@ never words the model could take for instructions.
 The ledger is advice, never evidence. A commit needs this session's own gate verdict and measurement (run.work_on
 takes the winner from the session's candidates only), so a line in the ledger, whoever wrote it, can save a
 re-evaluation of a *rejected* or *not faster* source but can never make a source accepted: a source the ledger
-records as accepted is evaluated again, so it can win (and be committed) in this session. Lines that do not parse
-or lack fields are skipped.
+records as accepted is evaluated again, so it can win (and be committed) in this session; so is one that passed the
+gate but was never benchmarked (the session ran out of time: `autokernel run --resume` benchmarks it from the run's
+own state, not from here). Lines that do not parse or lack fields are skipped.
 
     Ledger(path).record(feedback, run=...)    after every evaluation the session finished
     Ledger(path).judged(op, sha256)           the latest line for this source on this device, or None
@@ -99,9 +100,12 @@ class Ledger:
         return out
 
     def judged(self, op: str, sha256: str) -> dict | None:
-        """The latest judgement of this source on this device, unless it was accepted (see the module doc)."""
+        """The latest judgement of this source on this device, unless it was accepted or passed the gate untimed
+        (see the module doc)."""
         mine = [e for e in self.entries(op) if e["sha256"] == sha256]
-        return mine[-1] if mine and not mine[-1]["accepted"] else None
+        if not mine or mine[-1]["accepted"] or (mine[-1]["verdict"] == "accepted" and mine[-1]["speedup"] is None):
+            return None
+        return mine[-1]
 
     def brief(self, op: str, failures: int = 5) -> str:
         """Earlier runs on `op` on this device: the best measured source and one failure per distinct reason (the

@@ -6,7 +6,9 @@ through its SDK, the offline search, or a scripted model in tests. Every candida
 (gate, then bench). agent.max_wall_s is one deadline for the session: the time left goes to every model call and
 every evaluation (`time_left_s`, where the callee takes it), and one that runs out ends the session as spent budget.
 A model that cannot be used (ModelError: the server kept failing, replies never parsed) ends it with Result.error
-set: an environment failure, never "no improvement".
+set: an environment failure, never "no improvement". A candidate the gate accepted when no time was left for its
+benchmark (evaluate.Unbenched) ends the session as spent budget and is kept in Result.unbenched (and the ledger):
+`autokernel run --resume` benchmarks it; Result.replies says whether the model answered at all.
 
 Tools: read_kernel and read_spec are answered from the prompt; check_candidate (a quick sandboxed look at a draft,
 budgeted apart from submissions) is handled in check.py; submit_candidate goes to the Evaluator, unless the same
@@ -20,11 +22,11 @@ import inspect
 import json
 import os
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from autokernel.agent.check import CheckTool
-from autokernel.agent.evaluate import Evaluator, Feedback, sha256
+from autokernel.agent.evaluate import Evaluator, Feedback, Unbenched, sha256
 from autokernel.agent.ledger import Ledger, answer
 from autokernel.agent.prompt import Prompt, feedback_text, tools_file
 from autokernel.agent.providers import Model, ModelError
@@ -68,6 +70,8 @@ class Result:
     usage: dict  # input_tokens, output_tokens, usd over the session
     submitted: int
     error: str | None = None  # one line when the model could not be used (status model_error): not a clean negative
+    unbenched: list[Candidate] = field(default_factory=list)  # passed the gate, out of time before the benchmark
+    replies: int = 0  # assistant turns the model sent (0: it never answered)
 
 
 def with_time_left(fn):
@@ -92,6 +96,7 @@ class Session:
         self.tools, self.replies = tools_file()["tools"], tools_file()["replies"]
         self.messages: list[dict] = []
         self.candidates: list[Candidate] = []
+        self.unbenched: list[Candidate] = []  # accepted by the gate, not benchmarked: the deadline came first
         self.usage = {"input_tokens": 0, "output_tokens": 0, "usd": 0.0}
         self.finished: str | None = None
         self.status, self.detail, self.error, self.clock = "running", "", None, clock
@@ -115,7 +120,8 @@ class Session:
                 self.status = "error"
             self.save()
         return Result(self.op, self.status, self.detail, self.best, self.transcript, dict(self.usage),
-                      len(self.candidates), self.error)
+                      len(self.candidates), self.error, list(self.unbenched),
+                      sum(m["role"] == "assistant" for m in self.messages))
 
     def step(self) -> None:
         self.check_limits()
@@ -192,6 +198,12 @@ class Session:
             return self.replies["out_of_time"]
         try:
             feedback = self.evaluate(self.op, source, time_left_s=self.time_left_s())
+        except Unbenched as e:  # the gate's verdict is kept, and benchmarked by `autokernel run --resume`
+            self.candidates.append(Candidate(source, e.feedback))
+            self.unbenched.append(self.candidates[-1])
+            if self.ledger:
+                self.ledger.record(e.feedback, run=self.transcript.parent.name)
+            raise self.out_of_time(f"during an evaluation: {e}") from None
         except TimeoutError as e:
             raise self.out_of_time(f"during an evaluation: {e}") from None
         if feedback.duplicate:  # another worker's judgement of the same source (agent/workers.py): not counted
@@ -220,6 +232,7 @@ class Session:
             "submitted": len(self.candidates),
             "best": best and {"sha256": best.feedback.sha256, "feedback": best.feedback.to_dict()},
             "candidates": [c.feedback.brief() for c in self.candidates],
+            "unbenched": [c.feedback.sha256 for c in self.unbenched],
             "messages": self.messages,
         }
         self.transcript.parent.mkdir(parents=True, exist_ok=True)

@@ -29,7 +29,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Sequence
 
-from autokernel.agent.evaluate import Feedback, sha256
+from autokernel.agent.evaluate import Feedback, Unbenched, sha256
 from autokernel.agent.loop import Result, Session, with_time_left
 from autokernel.policy import Agent as AgentPolicy
 from autokernel.sandbox.slots import Slot, default_slots, pinned
@@ -92,7 +92,10 @@ class Judge:
             mine = digest not in self.judged
             fut = self.judged.setdefault(digest, Future())
         if not mine:  # another worker has it (done or in progress): one evaluation per source
-            return replace(fut.result(), duplicate=True)
+            try:
+                return replace(fut.result(), duplicate=True)
+            except Unbenched as e:  # out of time after its gate: the worker that submitted it keeps it
+                raise TimeoutError(str(e)) from None
         try:
             fb = self._judge(worker, op, source, time_left_s)
         except BaseException as e:
@@ -196,4 +199,6 @@ def combine(op: str, results: list[Result], sessions: list[Session], run_dir: Pa
         for i, (r, s) in enumerate(zip(results, sessions))], indent=1) + "\n")
     best = results[k]
     return Result(op, best.status, detail, best.best, best.transcript, usage,
-                  sum(r.submitted for r in results), error), sessions[k]
+                  sum(r.submitted for r in results), error,
+                  list({c.feedback.sha256: c for r in results for c in r.unbenched}.values()),
+                  sum(r.replies for r in results)), sessions[k]

@@ -9,7 +9,7 @@ from agent_helpers import CHEAT, GOOD, INCUMBENT
 
 import autokernel.bench.measure as bench_measure
 from autokernel import gate, paths
-from autokernel.agent.evaluate import Feedback, SandboxEvaluator, from_verdict, gate_record, sha256
+from autokernel.agent.evaluate import Feedback, SandboxEvaluator, Unbenched, from_verdict, gate_record, sha256
 from autokernel.bench.measure import FileResult, IncumbentFailed, Measurement, ShapeResult
 from autokernel.bench.stats import Interval
 from autokernel.errors import UserError
@@ -208,9 +208,10 @@ def test_no_time_left_runs_nothing(tmp_path, timed):
     with pytest.raises(TimeoutError):
         SandboxEvaluator(tmp_path, clock=clock).evaluate("rmsnorm", GOOD, time_left_s=0.0)
     seen["gate_s"] = 50.0  # the gate itself overran the deadline: no bench, a timeout
-    with pytest.raises(TimeoutError, match="no time left for its benchmark"):
+    with pytest.raises(Unbenched, match="no time left for its benchmark") as e:
         SandboxEvaluator(tmp_path, clock=clock).evaluate("rmsnorm", GOOD, time_left_s=20.0)
     assert len(seen["verify"]) == 1 and seen["bench"] == []
+    assert e.value.feedback.verdict == "accepted" and e.value.feedback.sha256 == sha256(GOOD)
 
 
 def test_a_timeout_under_the_capped_limit_is_the_clock_not_a_rejection(tmp_path, timed):
@@ -240,5 +241,18 @@ def test_the_loop_ends_as_spent_budget_when_the_evaluator_times_out(tmp_path, ti
     s = Session("rmsnorm", model, SandboxEvaluator(tmp_path, clock=clock), build("rmsnorm", policy), policy,
                 tmp_path / "run", clock=clock)
     r = s.run()
-    assert r.status == "limit" and "during an evaluation" in r.detail and r.submitted == 0
+    assert r.status == "limit" and "during an evaluation" in r.detail and r.submitted == 1
     assert seen["verify"][0].sandbox.timeout_s == 50.0 and seen["bench"] == []
+    (kept,) = r.unbenched  # the gate's verdict is kept for `autokernel run --resume`, not thrown away
+    assert kept.source == GOOD and kept.feedback.verdict == "accepted" and kept.feedback.speedup is None
+
+
+def test_a_bench_timeout_under_the_capped_limit_keeps_the_gate_verdict(tmp_path, timed, monkeypatch):
+    clock, seen = timed
+    monkeypatch.setattr(bench_measure, "measure", lambda *a, **kw: measurement("sandbox.timeout", False,
+                                                                                "sandbox.timeout"))
+    with pytest.raises(Unbenched, match="deadline-capped") as e:
+        SandboxEvaluator(tmp_path, clock=clock).evaluate("rmsnorm", GOOD, time_left_s=40.0)
+    assert e.value.feedback.verdict == "accepted" and e.value.feedback.reasons == []  # the gate's, untouched
+    fb = SandboxEvaluator(tmp_path / "b", clock=clock).evaluate("rmsnorm", GOOD)  # uncapped: the candidate's own
+    assert fb.verdict == "rejected" and fb.reasons[-1]["code"] == "sandbox.timeout"
