@@ -381,9 +381,17 @@ def context(*, agent, model, base_url, repo, policy_file, console, yes=False, in
                    executor=remote), console, yes, interactive, remote and remote.pool)
 
 
-def pipeline(ctx: Context, *, op: Optional[str], resume: Optional[Path], trace: Optional[Path]
-             ) -> tuple[RunState, list[OpOutcome]]:
+@dataclass
+class Progress:
+    """How far a pipeline got, kept by the caller: what nightly reports (and Ctrl-C names) when it raises midway."""
+    state: RunState | None = None
+    outcomes: list[OpOutcome] = field(default_factory=list)
+
+
+def pipeline(ctx: Context, *, op: Optional[str], resume: Optional[Path], trace: Optional[Path],
+             progress: Progress | None = None) -> tuple[RunState, list[OpOutcome]]:
     console, pol, layout = ctx.console, ctx.policy, ctx.layout
+    progress = progress if progress is not None else Progress()
     if op:
         from autokernel.agent.command import check_op
         check_op(op, pol, layout)  # an unknown or protected op, or no kernel file: bad input, before profiling
@@ -398,6 +406,7 @@ def pipeline(ctx: Context, *, op: Optional[str], resume: Optional[Path], trace: 
         state = RunState(layout.sandbox / f"run-{stamp}-{secrets.token_hex(2)}")
         state.run_dir.mkdir(parents=True)
         state.trace = str(Path(trace).resolve()) if trace else None
+    progress.state = state
     from autokernel.profile import profiler
     from autokernel.profile import rank as rank_mod
     from autokernel.profile import trace as trace_mod
@@ -416,7 +425,7 @@ def pipeline(ctx: Context, *, op: Optional[str], resume: Optional[Path], trace: 
                                      and searchable(r.op, ctx.settings.provider, layout, console)
                                      ][: pol.agent.top_k_ops]
         state.save()
-    outcomes = []
+    outcomes = progress.outcomes
     for name in state.ops:
         done = state.done.get(name)
         if done and done["status"] in ("model_error", "no_reply"):  # the op was never tried: try it again
@@ -493,44 +502,68 @@ def nightly_cmd(
                                                      "RAY_ADDRESS, else this machine)."),
 ):
     """The CI bot: the same pipeline, non-interactive, under the policy's budgets. Exit 0 with or without a win; 2 if
-    any session ended on a model error (the win of another op is still committed and reported)."""
+    any session ended on a model error (the win of another op is still committed and reported), or on bad input or
+    environment (a key the server refuses at the first completion, git or GitHub refusing); 3 out of time. --out
+    gets summary.json and pr.md for every one of these outcomes, a crash included (the CI's upload step finds
+    them), written before the exit."""
     import os
 
     from autokernel import git as delivery
     console = Console()
-    token = os.environ.get("GITHUB_TOKEN")
-    if open_pr and not token:
-        raise UserError("--open-pr needs GITHUB_TOKEN in the environment")
-    ctx = context(agent=agent, model=model, base_url=base_url, repo=repo, policy_file=policy_file, console=console,
-                  yes=True, nightly=True, cluster=cluster)
-    state, outcomes = pipeline(ctx, op=op, resume=None, trace=trace)
-    out.mkdir(parents=True, exist_ok=True)
-    committed = [o for o in outcomes if o.status == "committed"]
-    prs = []
-    for o in committed:
-        if push or open_pr:
-            delivery.push(ctx.layout.root, o.branch)
-        if open_pr:
-            body = Path(o.pr_body).read_text()
-            base = delivery.git(ctx.layout.root, "rev-parse", "--abbrev-ref", "HEAD")
-            prs.append(delivery.open_pull_request(delivery.github_slug(ctx.layout.root), o.branch, base,
-                                                  body.splitlines()[0].lstrip("# "), body, token, github_api))
-    (out / "pr.md").write_text(nightly_report(state, outcomes))
-    (out / "summary.json").write_text(json.dumps({
-        "run_dir": str(state.run_dir), "trace": state.trace, "device": device.fingerprint(),
-        "outcomes": [o.__dict__ for o in outcomes], "pull_requests": prs}, indent=1, default=str))
-    console.print(f"nightly: {len(committed)} commit(s); wrote {out / 'summary.json'} and {out / 'pr.md'}")
-    if model_errors(console, outcomes):
+    progress, prs, failure = Progress(), [], None
+    try:
+        token = os.environ.get("GITHUB_TOKEN")
+        if open_pr and not token:
+            raise UserError("--open-pr needs GITHUB_TOKEN in the environment")
+        ctx = context(agent=agent, model=model, base_url=base_url, repo=repo, policy_file=policy_file,
+                      console=console, yes=True, nightly=True, cluster=cluster)
+        pipeline(ctx, op=op, resume=None, trace=trace, progress=progress)
+        for o in progress.outcomes:
+            if o.status != "committed":
+                continue
+            if push or open_pr:
+                delivery.push(ctx.layout.root, o.branch)
+            if open_pr:
+                body = Path(o.pr_body).read_text()
+                base = delivery.git(ctx.layout.root, "rev-parse", "--abbrev-ref", "HEAD")
+                prs.append(delivery.open_pull_request(delivery.github_slug(ctx.layout.root), o.branch, base,
+                                                      body.splitlines()[0].lstrip("# "), body, token, github_api))
+    except BaseException as e:  # noqa: BLE001 -- reported in the artifacts, then raised on (the CLI's exit code)
+        failure = e
+        raise
+    finally:
+        write_nightly(out, progress, prs, failure, console)
+    if model_errors(console, progress.outcomes):
         raise typer.Exit(2)
-    if unfinished(console, state, outcomes):
+    if unfinished(console, progress.state, progress.outcomes):
         raise typer.Exit(OUT_OF_TIME)
 
 
-def nightly_report(state: RunState, outcomes: list[OpOutcome]) -> str:
-    """pr.md of a nightly: the PR bodies of its wins, else why there is none (model error, out of time, no win)."""
+def write_nightly(out: Path, progress: Progress, prs: list[str], failure: BaseException | None,
+                  console: Console) -> None:
+    """--out/summary.json and --out/pr.md, whatever happened; `failure` is what stopped the run (None: it ended)."""
+    state, outcomes = progress.state, progress.outcomes
+    error = None if failure is None else line(failure if isinstance(failure, UserError) else
+                                              f"{type(failure).__name__}: {failure}", 300)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "pr.md").write_text(nightly_report(state, outcomes, error))
+    (out / "summary.json").write_text(json.dumps({
+        "run_dir": state and str(state.run_dir), "trace": state and state.trace, "device": device.fingerprint(),
+        "outcomes": [o.__dict__ for o in outcomes], "pull_requests": prs, "error": error}, indent=1, default=str))
+    committed = sum(o.status == "committed" for o in outcomes)
+    console.print(f"nightly: {committed} commit(s); wrote {out / 'summary.json'} and {out / 'pr.md'}", soft_wrap=True,
+                  markup=False)
+
+
+def nightly_report(state: RunState | None, outcomes: list[OpOutcome], error: str | None = None) -> str:
+    """pr.md of a nightly: the PR bodies of its wins, else why there is none (what stopped the run, model error, out
+    of time, no win)."""
     bodies = [Path(o.pr_body).read_text() for o in outcomes if o.pr_body]
+    stopped = f"# autokernel nightly: stopped\n\n{fenced(inert(error))}\n" if error else ""
     if bodies:
-        return "\n\n---\n\n".join(bodies)
+        return "\n\n---\n\n".join(bodies + ([stopped] if stopped else []))
+    if stopped:
+        return stopped
     failed = [f"- {o.op}: {inert(line(o.error, 300))}" for o in outcomes if o.error]
     if failed:
         return "# autokernel nightly: the agent's model failed\n\n" + fenced("\n".join(failed)) + "\n"
