@@ -42,7 +42,8 @@ from autokernel.untrusted import fenced, inert, line, markup, plain
 class OpOutcome:
     op: str
     status: str  # committed | accepted | declined | no_improvement | delivery_failed | model_error | out_of_time
-    #              | no_reply (the session ended before the model's first reply)
+    #              | no_reply (the session ended before the model's first reply) | already_delivered (the same
+    #              kernels/<op>.py is already a branch's tip over this base: not gated or committed again)
     detail: str
     speedup: float | None = None
     speedup_ci: list[float] | None = None
@@ -172,7 +173,8 @@ def work_on(op: str, state: RunState, ctx: Context) -> OpOutcome:
     evaluator = shown(ctx.make_evaluator(op_dir, ctx.policy, state.trace, ctx.layout), ctx.console)
     result, session = command.start(op, ctx.settings, ctx.llm, evaluator, op_dir, trace=state.trace,
                                     kernel_file=incumbent, echo=lambda s: ctx.console.print(markup(s)),
-                                    ledger=Ledger.of(ctx.layout), bench=ctx.policy.bench, executor=ctx.executor)
+                                    ledger=Ledger.of(ctx.layout, ctx.policy.git.branch_prefix), bench=ctx.policy.bench,
+                                    executor=ctx.executor)
     u = result.usage
     provenance = {"agent": ctx.settings.provider, "model": session.model.name, "candidates": result.submitted,
                   "tokens": u["input_tokens"] + u["output_tokens"], "usd": f"{u['usd']:.4f}"}
@@ -185,6 +187,8 @@ def work_on(op: str, state: RunState, ctx: Context) -> OpOutcome:
     if result.error and result.best is None:
         return OpOutcome(op, "model_error", f"the model could not be used: {line(result.error, 300)}; "
                          f"{result.submitted} candidate(s) before it failed", error=error)
+    if result.best is None and result.delivered:
+        return _already(op, result.delivered[0])
     if result.best is None and result.replies == 0:
         return OpOutcome(op, "no_reply", f"the model sent no reply ({result.status}: {line(result.detail, 200)}); "
                          "nothing was tried")
@@ -195,6 +199,12 @@ def work_on(op: str, state: RunState, ctx: Context) -> OpOutcome:
                         incumbent, op_dir, state, ctx)
     out.error = error
     return out
+
+
+def _already(op: str, where: dict) -> OpOutcome:
+    return OpOutcome(op, "already_delivered", f"already delivered on {line(where['branch'], 200)} (commit "
+                     f"{line(where['commit'], 40)[:10]}) over this base: not gated or committed again",
+                     branch=line(where["branch"], 200), sha=line(where["commit"], 40))
 
 
 def _keep_unbenched(op_dir: Path, candidate, provenance: dict, rationale: str) -> dict:
@@ -221,7 +231,7 @@ def finish_unbenched(op: str, done: dict, state: RunState, ctx: Context) -> OpOu
     incumbent = command.check_op(op, ctx.policy, ctx.layout)
     op_dir = state.run_dir / op
     evaluator = shown(ctx.make_evaluator(op_dir, ctx.policy, state.trace, ctx.layout), ctx.console)
-    ledger, fields = Ledger.of(ctx.layout), Feedback.__dataclass_fields__
+    ledger, fields = Ledger.of(ctx.layout, ctx.policy.git.branch_prefix), Feedback.__dataclass_fields__
     timed = []
     for u in done.get("unbenched") or []:
         digest = str(u.get("sha256"))
@@ -249,13 +259,18 @@ def finish_unbenched(op: str, done: dict, state: RunState, ctx: Context) -> OpOu
 
 def _deliver_best(op: str, best, provenance: dict, rationale: str, evaluator, incumbent: Path, op_dir: Path,
                   state: RunState, ctx: Context) -> OpOutcome:
-    """The best candidate (loop.Candidate, accepted): confirmed by a fresh benchmark, staged, shown, committed."""
+    """The best candidate (loop.Candidate, accepted): confirmed by a fresh benchmark, staged, shown, committed;
+    unless the same kernels/<op>.py is already a branch's tip over this base (then nothing is done twice)."""
+    from autokernel import git as delivery
     from autokernel.agent.evaluate import gate_record, sha256
     from autokernel.git import report
 
     pol, console = ctx.policy, ctx.console
     fb = best.feedback
     assert sha256(best.source) == fb.sha256, "the winning source is not the one the gate judged"
+    if pol.git.commit and (d := delivery.delivered(ctx.layout.root, f"kernels/{op}.py", best.source.encode(),
+                                                   pol.git.branch_prefix)):
+        return _already(op, {"branch": d.branch, "commit": d.sha})
     m = evaluator.confirm(op, best.source)
     if not m.files[-1].accepted:
         return OpOutcome(op, "no_improvement", f"candidate {fb.sha256[:8]} won in the session ({line(fb.summary)}) "
@@ -481,7 +496,7 @@ def run_cmd(
         raise typer.Exit(2)
     if unfinished(console, state, outcomes):
         raise typer.Exit(OUT_OF_TIME)
-    if not any(o.status in ("committed", "accepted", "declined") for o in outcomes):
+    if not any(o.status in ("committed", "accepted", "declined", "already_delivered") for o in outcomes):
         console.print("no improvement: every kernel stays as it is")
         raise typer.Exit(1)
 
@@ -521,13 +536,10 @@ def nightly_cmd(
         for o in progress.outcomes:
             if o.status != "committed":
                 continue
-            if push or open_pr:
-                delivery.push(ctx.layout.root, o.branch)
             if open_pr:
-                body = Path(o.pr_body).read_text()
-                base = delivery.git(ctx.layout.root, "rev-parse", "--abbrev-ref", "HEAD")
-                prs.append(delivery.open_pull_request(delivery.github_slug(ctx.layout.root), o.branch, base,
-                                                      body.splitlines()[0].lstrip("# "), body, token, github_api))
+                prs.append(pull_request(ctx, o, token, github_api))
+            elif push:
+                delivery.push(ctx.layout.root, o.branch)
     except BaseException as e:  # noqa: BLE001 -- reported in the artifacts, then raised on (the CLI's exit code)
         failure = e
         raise
@@ -537,6 +549,29 @@ def nightly_cmd(
         raise typer.Exit(2)
     if unfinished(console, progress.state, progress.outcomes):
         raise typer.Exit(OUT_OF_TIME)
+
+
+def pull_request(ctx: Context, o: OpOutcome, token: str, api: str) -> str:
+    """The PR of a committed win: the open PR of the same op into the same base, brought up to date (the new commit
+    pushed to its branch, lease-guarded; title and body replaced), else the branch pushed and a new PR opened."""
+    import re
+
+    from autokernel import git as delivery
+    root, prefix = ctx.layout.root, ctx.policy.git.branch_prefix
+    body = Path(o.pr_body).read_text()
+    title = body.splitlines()[0].lstrip("# ")
+    base = delivery.git(root, "rev-parse", "--abbrev-ref", "HEAD")
+    slug = delivery.github_slug(root)
+    same_op = re.compile(re.escape(prefix) + r"\d{4}-\d{2}-\d{2}-" + re.escape(o.op) + r"(-\d+)?")
+    pr = delivery.find_pull_request(slug, same_op, base, token, api)
+    if pr is None:
+        delivery.push(root, o.branch)
+        return delivery.open_pull_request(slug, o.branch, base, title, body, token, api)
+    delivery.push(root, o.branch, to=pr["head"], lease=pr["sha"])
+    url = delivery.update_pull_request(slug, pr["number"], title, body, token, api)
+    ctx.console.print(f"{o.op}: updated the open pull request {url} (branch {pr['head']}) instead of opening another",
+                      markup=False, soft_wrap=True)
+    return url
 
 
 def write_nightly(out: Path, progress: Progress, prs: list[str], failure: BaseException | None,
@@ -567,6 +602,9 @@ def nightly_report(state: RunState | None, outcomes: list[OpOutcome], error: str
     failed = [f"- {o.op}: {inert(line(o.error, 300))}" for o in outcomes if o.error]
     if failed:
         return "# autokernel nightly: the agent's model failed\n\n" + fenced("\n".join(failed)) + "\n"
+    already = [f"- {o.op}: {o.detail}" for o in outcomes if o.status == "already_delivered"]
+    if already and not any(o.status in ("out_of_time", "no_reply") for o in outcomes):
+        return "# autokernel nightly: already delivered\n\n" + fenced("\n".join(already)) + "\n"
     cut = [f"- {o.op}: {o.status}: " + (f"{len(o.unbenched or [])} candidate(s) passed the gate and were not "
                                         "benchmarked" if o.status == "out_of_time" else inert(line(o.detail, 300)))
            for o in outcomes if o.status in ("out_of_time", "no_reply")]

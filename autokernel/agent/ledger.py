@@ -20,6 +20,10 @@ own state, not from here). Lines that do not parse or lack fields are skipped.
     Ledger(path).record(feedback, run=...)    after every evaluation the session finished
     Ledger(path).judged(op, sha256)           the latest line for this source on this device, or None
     Ledger(path).brief(op)                    the prompt's section on earlier runs ('' when there are none)
+    Ledger.of(layout, branch_prefix).delivered(op, source)
+                                              the branch already carrying this kernels/<op>.py over the checkout's
+                                              HEAD (autokernel.git.delivered), or None: such a source is answered
+                                              from there, never gated or committed again (no duplicate work or PRs)
     `autokernel ledger [--op OP] [--json]`    prints it
 """
 from __future__ import annotations
@@ -54,14 +58,31 @@ MAX_BYTES = 64 << 20  # ~150k lines: a ledger larger than this is refused (exit 
 
 
 class Ledger:
-    def __init__(self, path: str | Path, device: str | None = None, root: str | Path | None = None):
-        """`root`: the checkout the ledger belongs to (its reads are held inside it); None: the file's directory."""
+    def __init__(self, path: str | Path, device: str | None = None, root: str | Path | None = None,
+                 repo: str | Path | None = None, branch_prefix: str | None = None):
+        """`root`: the checkout the ledger belongs to (its reads are held inside it); None: the file's directory.
+        `repo` and `branch_prefix` (git.branch_prefix): where delivered() looks; None: it does not."""
         self.path, self.device = Path(path), device or device_key()
         self.root = Path(root) if root is not None else self.path.parent
+        self.repo, self.branch_prefix = repo, branch_prefix
 
     @classmethod
-    def of(cls, layout: paths.Layout) -> "Ledger":
-        return cls(layout.sandbox / "ledger.jsonl", root=layout.sandbox.parent)
+    def of(cls, layout: paths.Layout, branch_prefix: str | None = None) -> "Ledger":
+        return cls(layout.sandbox / "ledger.jsonl", root=layout.sandbox.parent, repo=layout.root,
+                   branch_prefix=branch_prefix)
+
+    def delivered(self, op: str, source: str) -> dict | None:
+        """{branch, commit, base} of a branch under the prefix whose tip is this exact kernels/<op>.py one commit
+        over the checkout's HEAD (autokernel.git.delivered); None if there is none (or nowhere to look)."""
+        if self.repo is None or self.branch_prefix is None:
+            return None
+        from autokernel import git as delivery
+        from autokernel.errors import UserError
+        try:
+            d = delivery.delivered(self.repo, f"kernels/{op}.py", source.encode(), self.branch_prefix)
+        except UserError:  # not a git work tree, no commit yet: nothing was delivered
+            return None
+        return d and {"branch": d.branch, "commit": d.sha, "base": d.base}
 
     def record(self, fb, run: str = "") -> None:
         """Append the session's judgement of one source (autokernel.agent.evaluate.Feedback)."""
@@ -107,6 +128,10 @@ class Ledger:
             return None
         return mine[-1]
 
+    def measured(self, op: str, sha256: str) -> dict | None:
+        """The latest accepted line for this source on this device (its speedup then), or None."""
+        return next((e for e in reversed(self.entries(op)) if e["sha256"] == sha256 and e["accepted"]), None)
+
     def brief(self, op: str, failures: int = 5) -> str:
         """Earlier runs on `op` on this device: the best measured source and one failure per distinct reason (the
         latest), most frequent reasons first."""
@@ -144,6 +169,19 @@ def answer(entry: dict) -> str:
                                   f"{line(entry.get('verdict'), 20)}; answered from the ledger, not evaluated again "
                                   "and not counted",
                        "from_ledger": True, **{k: entry.get(k) for k in keep}}, indent=1, default=str)
+
+
+def delivered_answer(op: str, where: dict, measured: dict | None) -> str:
+    """The loop's reply to a source already delivered over this base: where it is, and (from the ledger, when this
+    device measured it) its speedup then; not evaluated again and not counted."""
+    keep = ("speedup", "speedup_ci", "pct_of_peak", "time")
+    return json.dumps({"summary": f"already delivered: this exact kernels/{op}.py is the tip of branch "
+                                  f"{line(where['branch'], 200)} (commit {line(where['commit'], 40)[:12]}) over the "
+                                  "current base; not evaluated again, not counted and not committed again: propose "
+                                  "something different",
+                       "already_delivered": True, "branch": line(where["branch"], 200),
+                       "commit": line(where["commit"], 40), "verdict": "accepted" if measured else None,
+                       **{k: (measured or {}).get(k) for k in keep}}, indent=1, default=str)
 
 
 def ledger_cmd(op: Optional[str] = typer.Option(None, help="Only this op."),

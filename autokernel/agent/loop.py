@@ -13,7 +13,9 @@ benchmark (evaluate.Unbenched) ends the session as spent budget and is kept in R
 Tools: read_kernel and read_spec are answered from the prompt; check_candidate (a quick sandboxed look at a draft,
 budgeted apart from submissions) is handled in check.py; submit_candidate goes to the Evaluator, unless the same
 source was judged before: in this session or by another worker on the op (a duplicate) or, with a Ledger, in an
-earlier run on this device (ledger.py). None is counted, and every new judgement is added to the ledger. With
+earlier run on this device (ledger.py), or already delivered on a branch over the same base (Ledger.delivered: kept
+in Result.delivered, never gated or committed again). None is counted, and every new judgement is added to the
+ledger. With
 agent.workers > 1 several Sessions share one evaluator (workers.py); `stop_early` ends this one when another wins.
 """
 from __future__ import annotations
@@ -27,7 +29,7 @@ from pathlib import Path
 
 from autokernel.agent.check import CheckTool
 from autokernel.agent.evaluate import Evaluator, Feedback, Unbenched, sha256
-from autokernel.agent.ledger import Ledger, answer
+from autokernel.agent.ledger import Ledger, answer, delivered_answer
 from autokernel.agent.prompt import Prompt, feedback_text, tools_file
 from autokernel.agent.providers import Model, ModelError
 from autokernel.policy import Agent as AgentPolicy
@@ -72,6 +74,7 @@ class Result:
     error: str | None = None  # one line when the model could not be used (status model_error): not a clean negative
     unbenched: list[Candidate] = field(default_factory=list)  # passed the gate, out of time before the benchmark
     replies: int = 0  # assistant turns the model sent (0: it never answered)
+    delivered: list[dict] = field(default_factory=list)  # {branch, commit, base} of sources already delivered
 
 
 def with_time_left(fn):
@@ -97,6 +100,7 @@ class Session:
         self.messages: list[dict] = []
         self.candidates: list[Candidate] = []
         self.unbenched: list[Candidate] = []  # accepted by the gate, not benchmarked: the deadline came first
+        self.delivered: list[dict] = []  # sources already on a branch over this base (Ledger.delivered)
         self.usage = {"input_tokens": 0, "output_tokens": 0, "usd": 0.0}
         self.finished: str | None = None
         self.status, self.detail, self.error, self.clock = "running", "", None, clock
@@ -121,7 +125,7 @@ class Session:
             self.save()
         return Result(self.op, self.status, self.detail, self.best, self.transcript, dict(self.usage),
                       len(self.candidates), self.error, list(self.unbenched),
-                      sum(m["role"] == "assistant" for m in self.messages))
+                      sum(m["role"] == "assistant" for m in self.messages), list(self.delivered))
 
     def step(self) -> None:
         self.check_limits()
@@ -189,6 +193,11 @@ class Session:
         earlier = next((c for c in self.candidates if c.source == source), None)
         if earlier is not None:  # answered from memory and not counted, as the system prompt promises
             return self.feedback(replace(earlier.feedback, duplicate=True))
+        where = self.ledger.delivered(self.op, source) if self.ledger else None
+        if where is not None:  # the same change is already on a branch: no second gate, commit or PR
+            if where not in self.delivered:
+                self.delivered.append(where)
+            return delivered_answer(self.op, where, self.ledger.measured(self.op, sha256(source)))
         known = self.ledger.judged(self.op, sha256(source)) if self.ledger else None
         if known is not None:  # judged in an earlier run on this device: answered, not counted
             return answer(known)

@@ -6,6 +6,10 @@ commit (`commit-tree`), and the branch is created last and atomically (`update-r
   - the user's work tree, index, HEAD and branches are never touched, and no worktree is left behind;
   - `.gitignore` plays no part: evidence under an ignored `traces/` is committed like any other path;
   - nothing half-made is ever visible: if any step fails or is interrupted, no branch points at anything.
+Before a delivery, `delivered` finds the same change already made: a branch under the prefix (local, or a remote's:
+a CI checkout has last night's only as origin/autokernel/...) whose tip is one commit over the same base carrying the
+same file; with --open-pr, `find_pull_request` finds the open PR of the same op, which `update_pull_request` (after a
+lease-guarded push of the new commit to its branch) brings up to date instead of opening another.
 Every git process runs with hooks disabled (`core.hooksPath` pointing at an empty directory, `--no-verify` on push),
 the system and global config ignored, filters and fsmonitor off, and an environment built from an allowlist: the
 API keys in ours (model providers, GitHub) never reach git or anything git would start.
@@ -18,6 +22,7 @@ import re
 import subprocess
 import tempfile
 import urllib.error
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -139,9 +144,36 @@ def commit_files(repo_path: str | Path, branch: str, files: dict[str, str | byte
     raise DeliveryError(f"{root}: could not create a branch named like {branch!r}")
 
 
-def push(repo_path: str | Path, branch: str, remote: str = "origin") -> None:
+def delivered(repo_path: str | Path, path: str, content: bytes, prefix: str = "autokernel/",
+              base: str | None = None) -> Delivered | None:
+    """A branch named <prefix>... (local or a remote's) whose tip is one commit over `base` (default: HEAD) holding
+    exactly `content` at `path`: the delivery a new one would repeat; None if there is none."""
     root = toplevel(repo_path)
-    git(root, "push", "--no-verify", remote, f"refs/heads/{branch}:refs/heads/{branch}", for_push=True)
+    base = base or head(root)
+    blob = git(root, "hash-object", "--stdin", input=content)  # no -w: nothing is written
+    rows = git(root, "for-each-ref", "--format=%(refname)%09%(objectname)%09%(parent)", "refs/heads/",
+               "refs/remotes/")
+    for row in rows.splitlines():
+        ref, sha, parents = (row.split("\t") + ["", ""])[:3]
+        name = ref.removeprefix("refs/heads/") if ref.startswith("refs/heads/") else "/".join(ref.split("/")[3:])
+        if not name.startswith(prefix) or parents.split() != [base]:
+            continue
+        try:
+            if git(root, "rev-parse", "--verify", "--quiet", f"{sha}:{_rel(path)}") == blob:
+                return Delivered(ref.removeprefix("refs/heads/").removeprefix("refs/remotes/"), sha, base, (path,))
+        except DeliveryError:  # the file is not in that commit
+            continue
+    return None
+
+
+def push(repo_path: str | Path, branch: str, remote: str = "origin", to: str | None = None,
+         lease: str | None = None) -> None:
+    """Push local `branch` to `to` (default: the same name) on `remote`; with `lease` (the sha the remote branch must
+    still have), a forced update that fails if anyone else moved it since."""
+    root = toplevel(repo_path)
+    to = to or branch
+    force = [f"--force-with-lease=refs/heads/{to}:{lease}"] if lease else []
+    git(root, "push", "--no-verify", *force, remote, f"refs/heads/{branch}:refs/heads/{to}", for_push=True)
 
 
 def github_slug(repo_path: str | Path, remote: str = "origin") -> str:
@@ -156,19 +188,44 @@ def github_slug(repo_path: str | Path, remote: str = "origin") -> str:
     return f"{m.group(1)}/{m.group(2)}"
 
 
-def open_pull_request(slug: str, branch: str, base: str, title: str, body: str, token: str,
-                      api_url: str = "https://api.github.com") -> str:
-    """POST /repos/{slug}/pulls; returns the PR's html_url."""
-    req = urllib.request.Request(
-        f"{api_url.rstrip('/')}/repos/{slug}/pulls", method="POST",
-        data=json.dumps({"title": line(title, 250), "head": branch, "base": base, "body": plain(body)}).encode(),
-        headers={"Authorization": f"Bearer {token}", "Accept": "application/vnd.github+json",
-                 "X-GitHub-Api-Version": "2022-11-28", "Content-Type": "application/json"})
+def _github(method: str, url: str, token: str, payload: dict | None = None):
+    """One GitHub REST call: its JSON, or UserError (one line) naming what GitHub said."""
+    req = urllib.request.Request(url, method=method, data=None if payload is None else json.dumps(payload).encode(),
+                                 headers={"Authorization": f"Bearer {token}", "Accept": "application/vnd.github+json",
+                                          "X-GitHub-Api-Version": "2022-11-28", "Content-Type": "application/json"})
     try:
         with urllib.request.urlopen(req, timeout=30) as r:
-            return json.load(r)["html_url"]
+            return json.load(r)
     except urllib.error.HTTPError as e:
         raise UserError(f"GitHub refused the pull request ({e.code}): "
                         f"{line(e.read()[:200].decode(errors='replace'))}") from None
     except urllib.error.URLError as e:
-        raise UserError(f"cannot reach {api_url}: {e.reason}") from None
+        raise UserError(f"cannot reach {url.split('/repos/')[0]}: {e.reason}") from None
+
+
+def open_pull_request(slug: str, branch: str, base: str, title: str, body: str, token: str,
+                      api_url: str = "https://api.github.com") -> str:
+    """POST /repos/{slug}/pulls; returns the PR's html_url."""
+    return _github("POST", f"{api_url.rstrip('/')}/repos/{slug}/pulls", token,
+                   {"title": line(title, 250), "head": branch, "base": base, "body": plain(body)})["html_url"]
+
+
+def find_pull_request(slug: str, head: re.Pattern, base: str, token: str,
+                      api_url: str = "https://api.github.com") -> dict | None:
+    """The first open PR into `base` from a branch of this repository (not a fork) whose name `head` matches in
+    full: {number, html_url, head (the branch), sha (its tip)}, or None."""
+    pulls = _github("GET", f"{api_url.rstrip('/')}/repos/{slug}/pulls?state=open&per_page=100&base="
+                           f"{urllib.parse.quote(base, safe='')}", token)
+    for pr in pulls if isinstance(pulls, list) else []:
+        h = pr.get("head") or {}
+        if ((h.get("repo") or {}).get("full_name") == slug and (pr.get("base") or {}).get("ref") == base
+                and head.fullmatch(str(h.get("ref", "")))):
+            return {"number": pr["number"], "html_url": pr["html_url"], "head": h["ref"], "sha": h.get("sha")}
+    return None
+
+
+def update_pull_request(slug: str, number: int, title: str, body: str, token: str,
+                        api_url: str = "https://api.github.com") -> str:
+    """PATCH /repos/{slug}/pulls/{number}: a new title and body; returns the PR's html_url."""
+    return _github("PATCH", f"{api_url.rstrip('/')}/repos/{slug}/pulls/{int(number)}", token,
+                   {"title": line(title, 250), "body": plain(body)})["html_url"]

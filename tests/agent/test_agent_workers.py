@@ -126,10 +126,10 @@ def test_three_workers_commit_the_one_win_and_a_second_run_skips_the_judged(clon
     assert all((state.run_dir / "rmsnorm" / f"worker-{i}" / "transcript.json").is_file() for i in range(3))
 
     _, (again,) = pipeline(clone, write_trace(tmp_path / "t2"), evaluators, 0, policy)
-    # The rejected cheat and the slower kernel are answered from the ledger; only the accepted source is judged
-    # again (ledger.py: a commit needs this session's own verdict, never a ledger line).
-    assert evaluators[1].gated == [sha256(GOOD)], evaluators[1].gated
-    assert again.status == "committed"
+    # The rejected cheat and the slower kernel are answered from the ledger; the accepted source is answered from
+    # the branch that already carries it over this base (issue 23: no duplicate work or PRs): nothing is judged.
+    assert evaluators[1].gated == [], evaluators[1].gated
+    assert again.status == "already_delivered" and again.sha == out.sha
 
 
 def test_early_success_stops_the_other_workers_at_their_next_turn(tmp_path):
