@@ -365,6 +365,16 @@ def test_an_op_the_engine_never_calls_is_not_exercised(monkeypatch, job):
 
 
 @pytest.mark.slow
+def test_a_shortcut_on_the_final_norm_alone_is_judged(job):
+    """Exact everywhere but at the final norm (told apart by its gains): its first decode call is always judged. Before,
+    only a phase's first call and ~5% of the others were (it passed the KL limits; accepted unless drawn)."""
+    shutil.copy(ROOT / "tests" / "gate" / "e2e_fixtures" / "add_rmsnorm_final_norm.py", job / "add_rmsnorm.py")
+    r = e2e.stage("add_rmsnorm", job / "add_rmsnorm.py", Policy(e2e={"max_new_tokens": 4}))
+    print(f"e2e add_rmsnorm_final_norm: {r.reason}: {r.detail}")
+    assert not r.passed and r.reason == "e2e.call_mismatch" and "at output_norm" in r.detail, r
+
+
+@pytest.mark.slow
 def test_the_projects_softmax_passes_end_to_end(job):
     """Every softmax kernel, the project's own included, was rejected: 'the candidate engine returned no call of the
     candidate'. Now its calls in the sampled pass are judged."""
