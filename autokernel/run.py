@@ -151,6 +151,22 @@ def sandbox_evaluator(op_dir: Path, policy, trace: str | None, layout: paths.Lay
     return SandboxEvaluator(op_dir, policy, trace=trace, layout=layout, executor=executor)
 
 
+def _console() -> Console:
+    """The commands' console. In a CI log or a pipe rich would wrap every line at 80 columns, cutting paths and branch
+    names mid-word: there lines are never wrapped (soft_wrap) and tables get at least 200 columns."""
+    console = Console()
+    return console if console.is_terminal else Console(width=max(console.width, 200), soft_wrap=True)
+
+
+def interrupted(progress: "Progress") -> int:
+    """Ctrl-C: one line on stderr naming the run to resume (sandbox jobs are already killed where they were waited
+    for: autokernel.sandbox); the exit code, 130."""
+    where = progress.state.run_dir if progress.state is not None else None
+    typer.echo("autokernel: interrupted" + (f"; resume with `autokernel run --resume {where}`" if where else ""),
+               err=True)
+    return 130
+
+
 def _confirm(console: Console, question: str) -> bool:
     if not sys.stdin.isatty():
         console.print(f"{question} [dim](no terminal to ask: not committing; pass --yes to commit)[/]")
@@ -387,7 +403,9 @@ def context(*, agent, model, base_url, repo, policy_file, console, yes=False, in
     pol = policy_mod.for_checkout(layout.root, policy_file, flags=policy_mod.flags(agent, base_url, cluster))
     settings = agent_settings(pol, agent, model, base_url)
     if llm is None:
-        preflight(settings.provider, settings.model, settings.base_url)
+        settled = preflight(settings.provider, settings.model, settings.base_url)
+        if settings.model is None and settled:  # the model the probe listed: not listed again (make_model, workers)
+            settings = settings.model_copy(update={"model": settled})
     if make_evaluator is None:
         sandbox.preflight(pol.sandbox, untrusted_author=nightly or settings.provider != "search")
     remote = cluster_mod.connect(cluster, pol)  # None: this machine's slots
@@ -488,10 +506,14 @@ def run_cmd(
                                                      "needs pip install -e '.[ray]')."),
 ):
     """The main job: profile, rank, let an agent rewrite the top kernels, gate, benchmark, commit wins."""
-    console = Console()
-    ctx = context(agent=agent, model=model, base_url=base_url, repo=repo, policy_file=policy_file, console=console,
-                  yes=yes, interactive=True, cluster=cluster)
-    state, outcomes = pipeline(ctx, op=op, resume=resume, trace=trace)
+    console = _console()
+    progress = Progress()
+    try:
+        ctx = context(agent=agent, model=model, base_url=base_url, repo=repo, policy_file=policy_file,
+                      console=console, yes=yes, interactive=True, cluster=cluster)
+        state, outcomes = pipeline(ctx, op=op, resume=resume, trace=trace, progress=progress)
+    except KeyboardInterrupt:
+        raise typer.Exit(interrupted(progress)) from None
     if model_errors(console, outcomes):
         raise typer.Exit(2)
     if unfinished(console, state, outcomes):
@@ -524,7 +546,7 @@ def nightly_cmd(
     import os
 
     from autokernel import git as delivery
-    console = Console()
+    console = _console()
     progress, prs, failure = Progress(), [], None
     try:
         token = os.environ.get("GITHUB_TOKEN")
@@ -545,6 +567,8 @@ def nightly_cmd(
         raise
     finally:
         write_nightly(out, progress, prs, failure, console)
+        if isinstance(failure, KeyboardInterrupt):
+            raise typer.Exit(interrupted(progress)) from None
     if model_errors(console, progress.outcomes):
         raise typer.Exit(2)
     if unfinished(console, progress.state, progress.outcomes):
@@ -579,7 +603,7 @@ def write_nightly(out: Path, progress: Progress, prs: list[str], failure: BaseEx
     """--out/summary.json and --out/pr.md, whatever happened; `failure` is what stopped the run (None: it ended)."""
     state, outcomes = progress.state, progress.outcomes
     error = None if failure is None else line(failure if isinstance(failure, UserError) else
-                                              f"{type(failure).__name__}: {failure}", 300)
+                                              f"{type(failure).__name__}: {failure}".rstrip(": "), 300)
     out.mkdir(parents=True, exist_ok=True)
     (out / "pr.md").write_text(nightly_report(state, outcomes, error))
     (out / "summary.json").write_text(json.dumps({

@@ -72,8 +72,13 @@ def agent_settings(policy: policy_mod.Policy, agent: str | None, model: str | No
 
 def worker_models(llm: Model | list[Model], settings: policy_mod.Agent,
                   bench: policy_mod.Bench | None = None) -> list[Model]:
-    """One model per worker (agent.workers): the given one(s) first (a list: tests), then make_model with seed i."""
+    """One model per worker (agent.workers): the given one(s) first (a list: tests), then make_model with seed i,
+    naming the model the first one settled on (a server's first: its models are listed once per run, not per
+    worker)."""
     given = list(llm) if isinstance(llm, (list, tuple)) else [llm]
+    settled = getattr(given[0], "model", None)
+    if settings.model is None and settings.provider != "search" and isinstance(settled, str):
+        settings = settings.model_copy(update={"model": settled})
     return given[:settings.workers] + [make_model(settings, seed=i, bench=bench)
                                        for i in range(len(given), settings.workers)]
 

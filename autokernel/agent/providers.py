@@ -127,19 +127,22 @@ def _check_url(base_url: str | None) -> None:
                         f"e.g. http://127.0.0.1:8000/v1 (or agent.base_url in policies.yaml)")
 
 
-def preflight(provider: str, model: str | None = None, base_url: str | None = None, probe: bool = True) -> None:
+def preflight(provider: str, model: str | None = None, base_url: str | None = None, probe: bool = True
+              ) -> str | None:
     """Check the provider, its API key and --base-url before anything slow (profiling): UserError (exit 2) naming the
-    environment variable or flag to fix, else None. With `probe`, one models.list (PREFLIGHT_TIMEOUT_S, no retry)
-    finds a server that cannot be reached, refuses the key, or (--base-url without --model) serves no model; any
-    other answer from the probe passes (not every compatible server lists its models)."""
+    environment variable or flag to fix. With `probe`, one models.list (PREFLIGHT_TIMEOUT_S, no retry) finds a server
+    that cannot be reached, refuses the key, or (--base-url without --model) serves no model; any other answer from
+    the probe passes (not every compatible server lists its models). Returns the model the probe settled on (the
+    server's first, for --base-url without --model): passed on as the model name, the run lists the models once."""
     if provider == "search":
-        return
+        return None
     if provider not in KEY_VARS:
         raise UserError(f"unknown agent provider {provider!r}: use search, anthropic or openai (--agent)")
     _check_url(base_url)
     _key(provider, base_url)
     if probe:
-        make(provider, model, base_url, max_retries=0, timeout_s=PREFLIGHT_TIMEOUT_S, probe=True)
+        return make(provider, model, base_url, max_retries=0, timeout_s=PREFLIGHT_TIMEOUT_S, probe=True).model
+    return model
 
 
 # --- one turn: attempts, retries, the deadline --------------------------------------------------------------------
