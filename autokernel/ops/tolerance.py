@@ -79,7 +79,9 @@ def compare(out: torch.Tensor, ref64: torch.Tensor, eager: torch.Tensor, dtype: 
         # The floor models float32 arithmetic: for a float32 output it is the whole allowance, element by element.
         # Eager's error and the few ulps count where they are, not at the output's worst element, which would hand
         # every element the slack of the largest (a kernel cutting operands to 19 bits passed at K = 576 on that).
-        allowed = EAGER_FACTOR * torch.maximum(f, (e - r).abs()) + ULPS * eps(dtype) * r.abs().clamp(min=tiny)
+        # Below the smallest normal float32 arithmetic is absolute (gradual underflow: a sum of L products whose
+        # terms underflow is off by up to ~L/2 denormal steps, and a GPU flushes them to zero): ULPS of `tiny` there.
+        allowed = EAGER_FACTOR * torch.maximum(f, (e - r).abs()) + ULPS * (eps(dtype) * r.abs()).clamp(min=tiny)
     else:  # narrower outputs add their own rounding, and tensor-core arithmetic, that the float32 floor leaves out
         allowed = EAGER_FACTOR * f.clamp(min=eager_err) + slack
     worst = int(torch.argmax(torch.nan_to_num(err / allowed, nan=float("inf"))))  # the element nearest its bound
