@@ -12,6 +12,10 @@ State and sampling must not pay (docs/shortcuts.md, "memoising", "phase detectio
   2 and a secret non-block-multiple just under max_rows, plus T-1, T, T+1 for every integer threshold T the
   candidate's source compares against (autokernel/gate/thresholds.py). These ignore the cost bound: a shortcut taken
   only past M = 3000 is exactly what a cost-bounded sweep never reaches. One call each, "mixed", first dtype.
+- The model's own dimensions in range. Range cases hold the other dimensions small (one batch row, one group of 3
+  query heads, a 4,099-row table); one more case puts them at the model's own values (the traced batch, heads and kv
+  heads, vocabulary) at the largest leading size that costs at most MODEL_DIMS_COST_FACTOR times the top range case
+  (model_dims_shape): a condition on B > 1, Hkv > 1 or the real vocabulary together with a long sequence runs too.
 - Calls. Every case starts with a call on fresh inputs ("fresh"). "Full" cases add: the same values at new addresses
   ("copy", which must give the same bits), the tensors refilled in place with new values ("refill" b) and with the
   first values changed at a few random elements ("refill" t: a memo keyed on a hash of sampled elements returns a
@@ -156,8 +160,9 @@ def plan(spec: OpSpec, shapes: list[dict] | None, dtypes: list[torch.dtype] | No
     distribution interleaved elementwise) where it is planned, else the first, in the first dtype (a grid that floors
     or truncates does so in any dtype; precision shortcuts matter most in the widest). The budget is the
     interpreter's time on 2 cores: a thorough rmsnorm verdict is ~80 cases and ~160 calls. The production-range
-    shapes (range_shapes; max_rows 0: none, as unit tests of the grid ask) are single "mixed" calls in the first
-    dtype too, planned last: the most expensive calls, made only once cheaper cases have passed.
+    shapes (range_shapes, and model_dims_shape's; max_rows 0: none, as unit tests of the grid ask) are single
+    "mixed" calls in the first dtype too, planned last: the most expensive calls, made only once cheaper cases have
+    passed.
     """
     traced = [dict(s) for s in (shapes if shapes is not None else spec.model_shapes)]
     big = larger_shape(spec, traced)
@@ -174,9 +179,57 @@ def plan(spec: OpSpec, shapes: list[dict] | None, dtypes: list[torch.dtype] | No
              for dt in (dtypes if d in DTYPE_DISTS else dtypes[:1])]
     grid += [(s, dtypes[0], sweep_dist, SINGLE) for s in swept]
     ranged = [s for s in range_shapes(spec, traced, seed, max_rows, thresholds) if s not in full_shapes + swept]
+    modeled = model_dims_shape(spec, traced, seed, max_rows)
+    ranged += [modeled] if modeled and modeled not in full_shapes + swept + ranged else []
     grid += [(s, dtypes[0], sweep_dist, SINGLE) for s in ranged]
     smoke = [c for c in grid if c[1] == dtypes[0] and c[3] == FULL]
     return smoke + [c for c in grid if c not in smoke]
+
+
+# --- the production range at the model's own dimensions -------------------------------------------------------------
+
+# The model-dimension range case costs at most this times the top range case (cost): under the interpreter (max_rows
+# 1024) attention at B=4, Hq=9, Hkv=3 reaches T ~400, decode at B=4 L ~490, rope and embedding at B=4 T ~490 (over
+# the 49,152-row table), softmax over the 49,152 vocabulary M ~150. Measured for the incumbents on a shared 2-core
+# machine (issue 25): 0.8, 0.06, 6.8, 7.7 and 11.4 s of interpreter time, beside 0.4, 0.07, 3.2, 2.8 and 7.0 s for
+# the top range case they join; where kernels compile (max_rows 8192) T ~3000, L ~3800, M ~1300.
+MODEL_DIMS_COST_FACTOR = 2.0
+
+
+def model_dims_shape(spec: OpSpec, traced: list[dict[str, int]], seed: int, max_rows: int) -> dict[str, int] | None:
+    """A production-range shape with every other dimension at the model's own value: the most expensive traced
+    shape's (heads, kv heads, head dim, vocabulary), the batch-like swept dimensions at their largest traced value
+    (B = 4), where range_dim holds them small; the leading dimension at the top range value when that costs at most
+    MODEL_DIMS_COST_FACTOR times the top range case, else a secret prime in the top eighth below the largest value
+    that does. None where the range cases already run at the model's dimensions (rmsnorm, matmul) or no such value
+    lies past the sweep's reach (twice the largest traced size)."""
+    picked = range_dim(spec, traced)
+    if picked is None or max_rows <= 1:
+        return None
+    dim, small = picked
+    tied = RANGE_OVERRIDES.get(spec.name, NO_OVERRIDE)[2]
+    heaviest = max(traced, key=lambda s: cost(spec, s))
+    batch = [d for d in spec.extra.get("sweep", (next(iter(heaviest)),)) if d != dim]
+    base = {**heaviest, **{d: max(s.get(d, 1) for s in traced) for d in batch}}
+    if all(base.get(k) == v for k, v in small.items() if k != dim and k not in tied):
+        return None
+    ranged = range_shapes(spec, traced, seed, max_rows)
+    if not ranged:
+        return None
+
+    def at(v: int) -> dict[str, int]:
+        return {**base, dim: v, **{t: v for t in tied}}
+    top, limit = ranged[-1][dim], MODEL_DIMS_COST_FACTOR * cost(spec, ranged[-1])
+    if cost(spec, at(top)) <= limit:
+        return at(top)
+    lo, hi = 1, top  # the largest leading size within the limit: cost grows with it
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if cost(spec, at(mid)) <= limit else (lo, mid - 1)
+    if lo <= 2 * max(s.get(dim, 1) for s in traced) + 1:
+        return None
+    primes = [q for q in range(lo - lo // 8, lo + 1) if _is_prime(q)]
+    return at(random.Random(derive(seed, "model_dims", dim)).choice(primes) if primes else lo)
 
 
 # --- calls -----------------------------------------------------------------------------------------------------------

@@ -126,6 +126,32 @@ def test_rope_and_attention_range_their_tokens_up_to_the_context():
     assert shapes and all(s["B"] == 1 and s["S"] == s["L"] for s in shapes) and max(s["L"] for s in shapes) > 8000
 
 
+def test_a_range_case_at_the_models_own_dimensions():
+    """Range cases hold the other dimensions small (one batch row, 3 query heads over 1 kv head, a 4,099-row table),
+    so a condition on B > 1, Hkv > 1 or the 49,152 vocabulary together with a long sequence never ran (issue 25).
+    One more case puts them at the model's values, far past the sweep, at most MODEL_DIMS_COST_FACTOR times the top
+    range case's cost; none where the range already runs at them (rmsnorm's hidden size, matmul's N and K)."""
+    want = {"attention": {"B": 4, "Hq": 9, "Hkv": 3, "D": 64}, "attention_decode": {"B": 4, "Hq": 9, "Hkv": 3},
+            "rope": {"B": 4, "H": 9}, "softmax": {"V": 49152}, "embedding": {"B": 4, "V": 49152, "D": 576},
+            "embedding_q8_0": {"B": 4, "V": 49152}}
+    for op, dims in want.items():
+        spec = get(op)
+        traced = [dict(s) for s in spec.model_shapes]
+        dim = schedule.range_dim(spec, traced)[0]
+        for max_rows in (1024, 8192):
+            top = schedule.range_shapes(spec, traced, 5, max_rows)[-1]
+            shape = schedule.model_dims_shape(spec, traced, 5, max_rows)
+            assert {k: shape[k] for k in dims} == dims, (op, shape)
+            assert schedule.cost(spec, shape) <= schedule.MODEL_DIMS_COST_FACTOR * schedule.cost(spec, top)
+            assert shape[dim] > 2 * max(s[dim] for s in traced) + 1 and shape[dim] >= max_rows // 8, (op, shape)
+            assert shape.get("S", shape[dim]) == shape[dim]  # decode: the cache's size with it
+        dists = ("normal", "mixed")
+        planned = schedule.plan(spec, None, [torch.float32], list(dists), dists, 5, 1024)
+        assert (schedule.model_dims_shape(spec, traced, 5, 1024), torch.float32, "mixed", schedule.SINGLE) in planned
+    for op in ("rmsnorm", "add_rmsnorm", "silu_mul", "matmul"):
+        assert schedule.model_dims_shape(get(op), [dict(s) for s in get(op).model_shapes], 5, 8192) is None
+
+
 def _old_gate(fx, tmp_path, coverage: bool = False):
     return verify(fx.op, fx.path, run_dir=tmp_path / f"{fx.path.stem}-{coverage}", shapes=QUICK_SHAPES.get(fx.op),
                   dtypes=QUICK_DTYPES, dists=fx.dists, stages=[],
