@@ -262,7 +262,10 @@ def finish_unbenched(op: str, done: dict, state: RunState, ctx: Context) -> OpOu
         Path(fb.path).parent.mkdir(parents=True, exist_ok=True)
         Path(fb.path).write_text(source)
         ctx.console.print(f"  [cyan]{op}[/] candidate {fb.sha256[:8]} passed the gate in this run: benchmarking it")
-        fb = with_time_left(evaluator.bench)(op, source, fb, time_left_s=None)
+        if callable(getattr(evaluator, "bench", None)):
+            fb = with_time_left(evaluator.bench)(op, source, fb, time_left_s=None)
+        else:  # an evaluator whose gate and bench are one call (a test double): it is judged whole
+            fb = with_time_left(evaluator.evaluate)(op, source, time_left_s=None)
         ledger.record(fb, run=state.run_dir.name)
         timed.append((Candidate(source, fb), u))
     wins = [(c, u) for c, u in timed if c.feedback.accepted]
