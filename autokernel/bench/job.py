@@ -191,6 +191,8 @@ class _Case:
         for k, v in values(self.sets, self.seed, self.ci, rep).items():
             if isinstance(v, torch.Tensor):
                 self.buf[k].copy_(v)
+            else:  # scalars drawn per value set (eps, theta, temperature, scale): the checked reference uses this one
+                self.buf[k] = v
         return dict(self.buf)
 
     def keep(self, rep: int, out) -> None:
