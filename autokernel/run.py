@@ -205,6 +205,9 @@ def work_on(op: str, state: RunState, ctx: Context) -> OpOutcome:
                          f"{result.submitted} candidate(s) before it failed", error=error)
     if result.best is None and result.delivered:
         return _already(op, result.delivered[0])
+    if result.best is None and result.submitted == 0 and result.cut:
+        return OpOutcome(op, "out_of_time", f"the wall-clock budget ended during the gate of the first candidate: "
+                         f"nothing was judged ({result.status}: {line(result.detail, 200)})", unbenched=[])
     if result.best is None and result.replies == 0:
         return OpOutcome(op, "no_reply", f"the model sent no reply ({result.status}: {line(result.detail, 200)}); "
                          "nothing was tried")
@@ -464,7 +467,8 @@ def pipeline(ctx: Context, *, op: Optional[str], resume: Optional[Path], trace: 
     outcomes = progress.outcomes
     for name in state.ops:
         done = state.done.get(name)
-        if done and done["status"] in ("model_error", "no_reply"):  # the op was never tried: try it again
+        if done and (done["status"] in ("model_error", "no_reply") or  # the op was never tried: try it again
+                     done["status"] == "out_of_time" and not done.get("unbenched")):
             done = None
         if done and done["status"] == "delivery_failed":
             o = deliver(OpOutcome(**{k: v for k, v in done.items() if k in OpOutcome.__dataclass_fields__}),
@@ -632,8 +636,8 @@ def nightly_report(state: RunState | None, outcomes: list[OpOutcome], error: str
     already = [f"- {o.op}: {o.detail}" for o in outcomes if o.status == "already_delivered"]
     if already and not any(o.status in ("out_of_time", "no_reply") for o in outcomes):
         return "# autokernel nightly: already delivered\n\n" + fenced("\n".join(already)) + "\n"
-    cut = [f"- {o.op}: {o.status}: " + (f"{len(o.unbenched or [])} candidate(s) passed the gate and were not "
-                                        "benchmarked" if o.status == "out_of_time" else inert(line(o.detail, 300)))
+    cut = [f"- {o.op}: {o.status}: " + (f"{len(o.unbenched)} candidate(s) passed the gate and were not "
+                                        "benchmarked" if o.unbenched else inert(line(o.detail, 300)))
            for o in outcomes if o.status in ("out_of_time", "no_reply")]
     if cut:
         return ("# autokernel nightly: out of time\n\n" + fenced("\n".join(cut)) + f"\n\n`autokernel run --resume "
@@ -650,10 +654,12 @@ def unfinished(console: Console, state: RunState, outcomes: list[OpOutcome]) -> 
     that ended before the model's first reply. True if any: exit 3, never "no improvement"."""
     cut = [o for o in outcomes if o.status in ("out_of_time", "no_reply")]
     for o in cut:
-        what = (f"out of time: {o.op}: {len(o.unbenched or [])} candidate(s) passed the gate and were not "
-                f"benchmarked; `autokernel run --resume {state.run_dir}` benches them" if o.status == "out_of_time"
-                else f"no reply: {o.op}: {line(o.detail, 300)}; `autokernel run --resume {state.run_dir}` tries "
-                "it again")
+        if o.status == "out_of_time" and o.unbenched:
+            what = (f"out of time: {o.op}: {len(o.unbenched)} candidate(s) passed the gate and were not benchmarked; "
+                    f"`autokernel run --resume {state.run_dir}` benches them")
+        else:
+            what = (f"{'out of time' if o.status == 'out_of_time' else 'no reply'}: {o.op}: {line(o.detail, 300)}; "
+                    f"raise agent.max_wall_s, or `autokernel run --resume {state.run_dir}` tries it again")
         console.print(f"[bold yellow]{markup(what, 1000)}[/]", soft_wrap=True)
     return bool(cut)
 

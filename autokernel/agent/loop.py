@@ -75,6 +75,7 @@ class Result:
     unbenched: list[Candidate] = field(default_factory=list)  # passed the gate, out of time before the benchmark
     replies: int = 0  # assistant turns the model sent (0: it never answered)
     delivered: list[dict] = field(default_factory=list)  # {branch, commit, base} of sources already delivered
+    cut: int = 0  # evaluations the deadline cut before the gate's verdict (the candidate was not judged)
 
 
 def with_time_left(fn):
@@ -101,6 +102,7 @@ class Session:
         self.candidates: list[Candidate] = []
         self.unbenched: list[Candidate] = []  # accepted by the gate, not benchmarked: the deadline came first
         self.delivered: list[dict] = []  # sources already on a branch over this base (Ledger.delivered)
+        self.cut = 0  # evaluations the deadline cut before the gate's verdict
         self.usage = {"input_tokens": 0, "output_tokens": 0, "usd": 0.0}
         self.finished: str | None = None
         self.status, self.detail, self.error, self.clock = "running", "", None, clock
@@ -125,7 +127,7 @@ class Session:
             self.save()
         return Result(self.op, self.status, self.detail, self.best, self.transcript, dict(self.usage),
                       len(self.candidates), self.error, list(self.unbenched),
-                      sum(m["role"] == "assistant" for m in self.messages), list(self.delivered))
+                      sum(m["role"] == "assistant" for m in self.messages), list(self.delivered), self.cut)
 
     def step(self) -> None:
         self.check_limits()
@@ -214,6 +216,7 @@ class Session:
                 self.ledger.record(e.feedback, run=self.transcript.parent.name)
             raise self.out_of_time(f"during an evaluation: {e}") from None
         except TimeoutError as e:
+            self.cut += 1
             raise self.out_of_time(f"during an evaluation: {e}") from None
         if feedback.duplicate:  # another worker's judgement of the same source (agent/workers.py): not counted
             return self.feedback(feedback)

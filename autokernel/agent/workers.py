@@ -202,4 +202,5 @@ def combine(op: str, results: list[Result], sessions: list[Session], run_dir: Pa
                   sum(r.submitted for r in results), error,
                   list({c.feedback.sha256: c for r in results for c in r.unbenched}.values()),
                   sum(r.replies for r in results),
-                  list({d["commit"]: d for r in results for d in r.delivered}.values())), sessions[k]
+                  list({d["commit"]: d for r in results for d in r.delivered}.values()),
+                  sum(r.cut for r in results)), sessions[k]

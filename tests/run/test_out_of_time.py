@@ -164,3 +164,31 @@ def test_workers_keep_one_unbenched_candidate_once(clone, tmp_path, fakes):
     _, (o,) = run.pipeline(ctx, op="rmsnorm", resume=None, trace=write_trace(tmp_path / "t"))
     assert o.status == "out_of_time" and len(o.unbenched) == 1 and len(fakes["verify"]) == 1
     assert len(Ledger.of(ctx.layout).entries("rmsnorm")) == 1
+
+
+class CutGate:
+    """The deadline cuts the gate of the first candidate (a sandbox job killed at the capped timeout)."""
+
+    def __init__(self, *a):
+        pass
+
+    def evaluate(self, op, source, time_left_s=None):
+        raise TimeoutError("a gate job hit the deadline-capped limit of 33 s")
+
+
+def test_a_gate_cut_by_the_clock_is_out_of_time_and_resume_tries_again(clone, tmp_path, fakes, monkeypatch):
+    from delivery_doubles import StubEvaluator
+    ctx = ctx_for(clone, ScriptedModel([turn("", ("submit_candidate", {"source": source(clone)}))]), fakes)
+    ctx.make_evaluator = CutGate
+    r = cli(monkeypatch, ctx, "run", "--op", "rmsnorm", "--yes", "--trace", str(write_trace(tmp_path / "t")))
+    assert r.exit_code == 3, r.output
+    assert "out of time: rmsnorm: the wall-clock budget ended during the gate of the first candidate: nothing was " \
+           "judged" in r.output and "no improvement" not in r.output + ctx.console.file.getvalue()
+    run_dir = next((Path(clone.working_tree_dir) / "sandbox").glob("run-*"))
+    ctx.llm = ScriptedModel([turn("", ("submit_candidate", {"source": source(clone)})),
+                             turn("", ("finish", {"summary": "done"}))])
+    ctx.make_evaluator = lambda op_dir, *a: StubEvaluator(op_dir)
+    r = cli(monkeypatch, ctx, "run", "--yes", "--resume", str(run_dir))
+    assert r.exit_code == 0, r.output  # a new session: nothing was judged the first time
+    assert clone.commit(today_branch("rmsnorm")).tree["kernels/rmsnorm.py"].data_stream.read().decode() == \
+        source(clone)
