@@ -641,7 +641,7 @@ def nightly_report(state: RunState | None, outcomes: list[OpOutcome], error: str
            for o in outcomes if o.status in ("out_of_time", "no_reply")]
     if cut:
         return ("# autokernel nightly: out of time\n\n" + fenced("\n".join(cut)) + f"\n\n`autokernel run --resume "
-                f"{state.run_dir}` benchmarks what passed the gate (or tries again where the model never replied); "
+                f"{state.run_dir}` benchmarks what passed the gate (and tries again an op where nothing was judged); "
                 "raise `agent.max_wall_s` if this happens every night.\n")
     return "# autokernel nightly: no improvement\n\nNo candidate both passed the gate and won the benchmark.\n"
 
