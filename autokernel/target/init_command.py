@@ -160,7 +160,8 @@ def register(app: typer.Typer) -> None:
     def init(
         repo: Optional[Path] = typer.Option(None, help="The checkout (default: the git work tree here)."),
         engine: Optional[str] = typer.Option(None, help="The engine entry \"package.module:function\" for a new "
-                                                        "declaration (default: `build` in autokernel.toml's engine table)."),
+                                                        "declaration (default: `build` in autokernel.toml's engine "
+                                                        "table)."),
         force: bool = typer.Option(False, "--force", help="Replace a declaration that already declares ops."),
         policy_file: Optional[Path] = typer.Option(None, "--policy", help="policies.yaml for the sandbox's limits "
                                                                           "(default: the checkout's, trust rule 6)."),
