@@ -121,8 +121,9 @@ def roofline() -> dict:
 def _tolerance_rule() -> str:
     return (f"per output, max |out - ref64| <= {tolerance.EAGER_FACTOR:g} x (the error eager torch makes in the "
             f"same dtype) + {tolerance.ULPS:g} x eps(dtype) x max |ref64|; every element finite where the reference "
-            f"is. Where the op amplifies rounding (attention over large logits), eager's error counts as at least the "
-            f"float32 accumulation error there, element by element. Accumulate in float32 where the spec says so.")
+            f"is. Where the op amplifies rounding (attention over large logits, long float32 dot products), eager's "
+            f"error counts as at least the float32 accumulation error these inputs allow, element by element (a "
+            f"narrower significand is outside it). Accumulate in float32 where the spec says so.")
 
 
 def _reasons() -> list[tuple[str, str]]:
