@@ -59,14 +59,22 @@ def _is_jit(fn: ast.FunctionDef) -> bool:
 
 
 def _boolish(node: ast.AST) -> bool:
-    return isinstance(node, (ast.Compare, ast.BoolOp)) or (isinstance(node, ast.UnaryOp)
-                                                           and isinstance(node.op, ast.Not))
+    """A truth value by its syntax: a comparison, and/or/not, a boolean combination, or one cast (`.to(...)`)."""
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "to":
+        return _boolish(node.func.value)
+    return isinstance(node, (ast.Compare, ast.BoolOp)) or (isinstance(node, ast.UnaryOp) and isinstance(
+        node.op, ast.Not)) or _bitop(node)
 
 
 def _bitop(node: ast.AST) -> bool:
-    """`a & b`, `a | b`, `a ^ b` with a comparison or boolean operand: a combined condition (not bit arithmetic)."""
-    return isinstance(node, ast.BinOp) and isinstance(node.op, (ast.BitAnd, ast.BitOr, ast.BitXor)) and (
-        _boolish(node.left) or _boolish(node.right))
+    """`a & b`, `a | b`, `a ^ b` with a comparison or boolean operand, or `a * b` of two of them: a combined condition
+    (not bit arithmetic). A product of truths is their conjunction: `(M > 600) * (g < 0.5)` blended into a result
+    must be seen true, like `&`, or a shortcut keyed on both at once never runs in the gate."""
+    if not isinstance(node, ast.BinOp):
+        return False
+    if isinstance(node.op, (ast.BitAnd, ast.BitOr, ast.BitXor)):
+        return _boolish(node.left) or _boolish(node.right)
+    return isinstance(node.op, ast.Mult) and _boolish(node.left) and _boolish(node.right)
 
 
 def _contiguous_of(node: ast.AST, name: str | None = None) -> bool:

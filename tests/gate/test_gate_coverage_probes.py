@@ -244,3 +244,13 @@ def test_a_write_past_an_output_is_seen_by_the_guard_bytes_and_only_by_them(tmp_
         assert child.breached(fences2) is None
     finally:
         kernel_loader.load_kernel("rmsnorm")
+
+
+def test_a_product_of_truths_is_a_condition_like_their_conjunction():
+    """Branch-free blending: (M > 600) * (g < 0.5) scales a cheap path in arithmetic, with no if or where; the
+    product is a site that must be seen true (both at once), like `&`, casts included."""
+    src = ("def f(M, g, a, b):\n    c = (M > 600).to(tl.float32) * (g < 0.5).to(tl.float32)\n"
+           "    d = (M > 600) * 3\n    return a + c * (b - a) + d\n")
+    texts = {s.text for s in coverage.sites(src).values() if s.kind == "cond"}
+    assert "(M > 600).to(tl.float32) * (g < 0.5).to(tl.float32)" in texts
+    assert "(M > 600) * 3" not in texts and "M > 600" in texts  # a truth times a number is arithmetic
