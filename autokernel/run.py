@@ -16,6 +16,7 @@ that passed the gate and were not benchmarked, or a session that ended before th
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import datetime
 import difflib
@@ -54,6 +55,7 @@ class OpOutcome:
     delivery: str | None = None  # the directory holding what the commit carries (written before committing)
     error: str | None = None  # the session ended because the model could not be used (Result.error): exit 2
     unbenched: list[dict] | None = None  # out_of_time: the candidates that passed the gate, for --resume to bench
+    tried: dict | None = None  # {candidates, reasons {code: n}, best_speedup}: what a no-win report says was tried
 
 
 @dataclass
@@ -213,11 +215,29 @@ def work_on(op: str, state: RunState, ctx: Context) -> OpOutcome:
                          "nothing was tried")
     if result.best is None:
         return OpOutcome(op, "no_improvement", f"{result.status}: {line(result.detail, 200)}; {result.submitted} "
-                         "candidate(s), none both passed the gate and won the benchmark")
+                         "candidate(s), none both passed the gate and won the benchmark",
+                         tried=tried([c.feedback for c in session.candidates]))
     out = _deliver_best(op, result.best, provenance, command.rationale(session, result.best.source), evaluator,
                         incumbent, op_dir, state, ctx)
     out.error = error
     return out
+
+
+def verdict_code(fb) -> str:
+    """One reason code per judged candidate: the gate's first failure, else how the benchmark judged it."""
+    if fb.verdict != "accepted":
+        return line((fb.reasons[0].get("code") if fb.reasons else None) or "gate.rejected", 60)
+    if fb.accepted:
+        return "bench.won"
+    return "bench.implausible" if fb.implausible else "bench.no_win" if fb.speedup is not None else "bench.not_run"
+
+
+def tried(feedbacks: list) -> dict:
+    """What a session judged (each distinct source once): how many, why each lost, the best speedup measured."""
+    fbs = list({fb.sha256: fb for fb in feedbacks}.values())
+    speedups = [fb.speedup for fb in fbs if isinstance(fb.speedup, (int, float))]
+    return {"candidates": len(fbs), "reasons": dict(collections.Counter(map(verdict_code, fbs)).most_common()),
+            "best_speedup": max(speedups) if speedups else None}
 
 
 def _already(op: str, where: dict) -> OpOutcome:
@@ -301,11 +321,11 @@ def _deliver_best(op: str, best, provenance: dict, rationale: str, evaluator, in
     s = m.files[-1].speedup
     win = report.Win(op, m, gate_record(fb), provenance, rationale,
                      Path(state.trace).name if state.trace else None,
-                     f"traces/autokernel/{state.run_dir.name}/{op}.json")
+                     f"traces/autokernel/{state.run_dir.name}/{op}.json", *_profile(op, state, ctx))
     out = OpOutcome(op, "accepted", line(fb.summary), s.est, [s.lo, s.hi], candidate=fb.path)
     (op_dir / "measurement.json").write_text(json.dumps(m.to_dict(), indent=1, default=str))
     incumbent_text = paths.read_text(incumbent, ctx.layout.root)
-    delivery = _stage_delivery(op_dir, win, best.source, incumbent_text, ctx.layout)
+    delivery = _stage_delivery(op_dir, win, best.source, incumbent_text, ctx.layout, state.trace)
     out.delivery, out.pr_body = str(delivery), str(delivery / "pr.md")
     if not pol.git.commit:
         return out
@@ -321,7 +341,30 @@ def _deliver_best(op: str, best, provenance: dict, rationale: str, evaluator, in
     return deliver(out, state, ctx.layout, branch)
 
 
-def _stage_delivery(op_dir: Path, win, source: str, incumbent_source: str, layout: paths.Layout) -> Path:
+MAX_PROFILE_BYTES = 512_000  # a profile summary committed with the evidence (SmolLM2-135M's: ~100 kB); a bigger one
+#                             is named, not committed
+
+
+def _profile(op: str, state: RunState, ctx: Context) -> tuple[float | None, str, str]:
+    """(the op's share of profiled end-to-end time from the ranking, None if unknown; the repository path the profile
+    summary is committed to, "" if it is not; the trace's repository-relative directory when it is too big)."""
+    from autokernel.profile import rank as rank_mod
+    from autokernel.profile import trace as trace_mod
+    if not state.trace:
+        return None, "", ""
+    try:
+        t = trace_mod.load_trace(state.trace, check_device=False)
+    except UserError:
+        return None, "", ""
+    share = next((r.e2e_share for r in rank_mod.rank(t, ctx.policy) if r.op == op), None)
+    if Path(t["_path"]).stat().st_size <= MAX_PROFILE_BYTES:
+        return share, f"traces/autokernel/{state.run_dir.name}/profile/summary.json", ""
+    d = Path(t["_path"]).parent
+    return share, "", str(d.relative_to(ctx.layout.root)) if d.is_relative_to(ctx.layout.root) else f"traces/{d.name}"
+
+
+def _stage_delivery(op_dir: Path, win, source: str, incumbent_source: str, layout: paths.Layout,
+                    trace: str | None = None) -> Path:
     """Write what the commit will carry into <op_dir>/delivery/ (a directory no candidate ever had), so a delivery
     that git refuses can be retried by --resume without a new session. The base is the target's HEAD now."""
     from autokernel.git import head, report
@@ -332,7 +375,11 @@ def _stage_delivery(op_dir: Path, win, source: str, incumbent_source: str, layou
     (d / "evidence.json").write_text(report.evidence(win, base))
     (d / "message.txt").write_text(report.message(win, base))
     (d / "pr.md").write_text(f"# {report.title(win)}\n\n{report.body(win, base)}\n")
-    (d / "delivery.json").write_text(json.dumps({"op": win.op, "base": base, "evidence_path": win.evidence_path}))
+    if win.profile_path:
+        from autokernel.profile import trace as trace_mod
+        (d / "profile.json").write_bytes(Path(trace_mod.load_trace(trace, check_device=False)["_path"]).read_bytes())
+    (d / "delivery.json").write_text(json.dumps({"op": win.op, "base": base, "evidence_path": win.evidence_path,
+                                                 "profile_path": win.profile_path}))
     return d
 
 
@@ -344,6 +391,8 @@ def deliver(out: OpOutcome, state: RunState, layout: paths.Layout, branch: str) 
     meta = json.loads((d / "delivery.json").read_text())
     files = {f"kernels/{out.op}.py": (d / "kernel.py").read_bytes(),
              meta["evidence_path"]: (d / "evidence.json").read_bytes()}
+    if meta.get("profile_path"):
+        files[meta["profile_path"]] = (d / "profile.json").read_bytes()
     try:
         c = commit_files(layout.root, branch, files, (d / "message.txt").read_text())
     except DeliveryError as e:
@@ -643,7 +692,20 @@ def nightly_report(state: RunState | None, outcomes: list[OpOutcome], error: str
         return ("# autokernel nightly: out of time\n\n" + fenced("\n".join(cut)) + f"\n\n`autokernel run --resume "
                 f"{state.run_dir}` benchmarks what passed the gate (and tries again an op where nothing was judged); "
                 "raise `agent.max_wall_s` if this happens every night.\n")
-    return "# autokernel nightly: no improvement\n\nNo candidate both passed the gate and won the benchmark.\n"
+    lines = []
+    for o in outcomes:
+        t = o.tried or {}
+        if not t:
+            lines.append(f"- {o.op}: {o.status}: {inert(line(o.detail, 300))}")
+            continue
+        reasons = ", ".join(f"{inert(line(k, 60))} x{n}" for k, n in (t.get("reasons") or {}).items())
+        best = t.get("best_speedup")
+        lines.append(f"- {o.op}: {t.get('candidates', 0)} candidate(s) judged{': ' + reasons if reasons else ''}; "
+                     + (f"best speedup seen {best:.3f}x" if isinstance(best, (int, float)) else
+                        "best speedup seen: none"))
+    return ("# autokernel nightly: no improvement\n\nNo candidate both passed the gate and won the benchmark. "
+            "What was tried (op: candidates judged, the verdict reason codes, the best weighted speedup measured):"
+            "\n\n" + "\n".join(lines or ["- no op was tried"]) + "\n")
 
 
 OUT_OF_TIME = 3  # the exit code of a run that left work for --resume (module doc)

@@ -28,6 +28,21 @@ class Win:
     rationale: str = ""  # the model's own words (untrusted)
     trace_id: str | None = None  # the profile's run id (not its path: that is machine-local)
     evidence_path: str = ""  # where the evidence file goes in the repository
+    share: float | None = None  # of profiled end-to-end time (profile/rank.py e2e_share); None: unknown
+    profile_path: str = ""  # where the profile summary is committed (its shapes and calls), "" when it is not
+    trace_dir: str = ""  # the trace directory (repository-relative) when its summary is too big to commit
+
+
+def impact(w: Win) -> str:
+    """The kernel speedup beside what it can do end to end (Amdahl on the op's share of profiled time): a 5x kernel
+    for an op taking 0.1 % of the time moves the engine by 0.1 %, and the reviewer should see that first."""
+    from autokernel.profile.rank import amdahl
+    s = w.measurement.files[-1].speedup.est
+    head = f"{s:.2f}x faster {w.op}"
+    if w.share is None:
+        return f"{head}; {w.op}'s share of profiled time is unknown (no profile): the end-to-end effect is not bounded"
+    return (f"{head}; {w.op} is {100 * w.share:.1f}% of profiled time: x{amdahl(w.share, s):.2f} end to end at most "
+            "(Amdahl)")
 
 
 def _label(m) -> str:
@@ -95,9 +110,12 @@ def reach_line(gate: dict) -> str | None:
 
 
 def title(w: Win) -> str:
+    from autokernel.profile.rank import amdahl
     s = w.measurement.files[-1].speedup
-    return inert(line(f"autokernel: faster {w.op} ({s.est:.3f}x [{s.lo:.3f}, {s.hi:.3f}], {w.measurement.label})",
-                      200))
+    e2e = "share of profiled time unknown" if w.share is None else \
+        f"{100 * w.share:.1f}% of profiled time, <= x{amdahl(w.share, s.est):.2f} end to end"
+    return inert(line(f"autokernel: faster {w.op} ({s.est:.3f}x [{s.lo:.3f}, {s.hi:.3f}], {w.measurement.label}; "
+                      f"{e2e})", 250))
 
 
 def body(w: Win, base: str) -> str:
@@ -105,23 +123,34 @@ def body(w: Win, base: str) -> str:
     nothing GitHub acts on, so the model's words, wherever they sit, cannot either."""
     m, g, op = w.measurement, w.gate, w.op
     stages = ", ".join(f"{s['name']} ({s.get('elapsed_s', 0):.1f} s)" for s in g.get("stages", []))
-    out = perf_table(m, op) + ["", "End to end (teacher-forced KL vs the unmodified engine, then a greedy run):",
-                               kl_line(g), *([reach_line(g)] if reach_line(g) else []), "",
-                               f"Gate: passed {stages}; isolation {line(g.get('isolation') or 'unknown')}; "
-                               f"seed {g.get('seed')}; candidate sha256 {str(g.get('sha256', ''))[:16]}.",
-                               f"Benchmark isolation: {line(m.isolation or 'unknown')}.",
-                               "", "Device: " + json.dumps(m.fingerprint, sort_keys=True)]
+    out = [f"**{impact(w)}**", ""] + perf_table(m, op)
+    out += ["", "End to end (teacher-forced KL vs the unmodified engine, then a greedy run):",
+            kl_line(g), *([reach_line(g)] if reach_line(g) else []), "",
+            f"Gate: passed {stages}; isolation {line(g.get('isolation') or 'unknown')}; "
+            f"seed {g.get('seed')}; candidate sha256 {str(g.get('sha256', ''))[:16]}.",
+            f"Benchmark isolation: {line(m.isolation or 'unknown')}.",
+            "", "Device: " + json.dumps(m.fingerprint, sort_keys=True)]
     if w.provenance:
         out += ["", "Agent: " + line(", ".join(f"{k} {v}" for k, v in w.provenance.items()), 400)]
     if w.rationale.strip():
         out += ["", "The model's summary (its own words, unverified):", "",
                 fenced(w.rationale[:MAX_RATIONALE_CHARS])]
-    out += ["", "Reproduce on this branch (any machine with autokernel installed):", "", "```sh",
-            f"autokernel verify {op} kernels/{op}.py --seed {g.get('seed')}",
+    trace = w.profile_path.removesuffix("/summary.json") if w.profile_path else w.trace_dir
+    t = f" --trace {trace}" if trace else ""
+    out += ["", "Reproduce on this branch (any machine with autokernel installed)"
+            + (", on the profiled shapes and call counts:" if trace else ":"), "", "```sh",
+            f"autokernel verify {op} kernels/{op}.py{t} --seed {g.get('seed')}",
             f"git show {base[:12]}:kernels/{op}.py > /tmp/base_{op}.py",
-            f"autokernel bench {op} kernels/{op}.py --incumbent /tmp/base_{op}.py", "```"]
+            f"autokernel bench {op} kernels/{op}.py --incumbent /tmp/base_{op}.py{t}", "```"]
     if w.evidence_path:
         out += ["", f"Evidence: `{w.evidence_path}`" + (f" (profile {line(w.trace_id)})" if w.trace_id else "")]
+    if w.profile_path:
+        out += [f"Profile (shapes, calls, times): `{w.profile_path}`, committed with the evidence."]
+    elif w.trace_dir:
+        out += [f"Profile: `{w.trace_dir}/summary.json` on the machine that ran autokernel (not committed: too "
+                "big); the repro commands need a copy of it there."]
+    else:
+        out += ["Profile: none (the run had no trace): the repro benchmarks the model's own shapes, one call each."]
     return inert("\n".join(out))
 
 
@@ -165,5 +194,6 @@ def evidence(w: Win, base: str) -> str:
                                                                 (s.get("metrics") or {}).items()) if x is not None}}
                                 for s in w.gate.get("stages", [])]},
             "device": _small(m.fingerprint), "provenance": _small(w.provenance),
-            "trace": line(w.trace_id) if w.trace_id else None}
+            "trace": line(w.trace_id) if w.trace_id else None, "profile": w.profile_path or None,
+            "share_of_profiled_time": None if w.share is None else _small(w.share)}
     return json.dumps(data, indent=1, sort_keys=False) + "\n"

@@ -73,11 +73,16 @@ def test_a_win_becomes_a_commit_on_this_repo(clone, tmp_path):
     assert o.branch == today_branch("rmsnorm")
     c = clone.commit(o.branch)
     evidence = f"traces/autokernel/{state.run_dir.name}/rmsnorm.json"
-    assert sorted(c.stats.files) == sorted(["kernels/rmsnorm.py", evidence])
+    profile = f"traces/autokernel/{state.run_dir.name}/profile/summary.json"  # small: committed with the evidence
+    assert sorted(c.stats.files) == sorted(["kernels/rmsnorm.py", evidence, profile])
+    assert c.tree[profile].data_stream.read() == (tmp_path / "trace-1" / "summary.json").read_bytes()
     assert c.parents[0].hexsha == before[1]
     assert c.tree["kernels/rmsnorm.py"].data_stream.read().decode() == source
     msg = c.message
-    assert msg.startswith("autokernel: faster rmsnorm (2.000x [1.900, 2.100], CPU / Triton interpreter)")
+    assert msg.startswith("autokernel: faster rmsnorm (2.000x [1.900, 2.100], CPU / Triton interpreter; 10.0% of "
+                          "profiled time, <= x1.05 end to end)")
+    # the speedup beside the op's share of the profile and Amdahl's bound: 1 / (0.9 + 0.1 / 2)
+    assert "**2.00x faster rmsnorm; rmsnorm is 10.0% of profiled time: x1.05 end to end at most (Amdahl)**" in msg
     assert "| shape | dtype | calls | before ms | after ms | speedup [CI] |" in msg
     assert "| M=4 N=576 | float32 | 60 | 0.5 | 0.25 | 2.000 [1.900, 2.100] |" in msg
     assert "interpreter timings, not GPU speed" in msg
@@ -86,8 +91,10 @@ def test_a_win_becomes_a_commit_on_this_repo(clone, tmp_path):
            "random), decode steps only, 8 greedy tokens" in msg  # the e2e plan, when partial, is never hidden
     assert "isolation bwrap+cgroup" in msg and "seed 12345" in msg
     assert f"git show {before[1][:12]}:kernels/rmsnorm.py > /tmp/base_rmsnorm.py" in msg
-    assert "autokernel bench rmsnorm kernels/rmsnorm.py --incumbent /tmp/base_rmsnorm.py" in msg
-    assert "autokernel verify rmsnorm kernels/rmsnorm.py --seed 12345" in msg
+    # the reviewer benchmarks and checks the profiled shapes and call counts, from the committed profile
+    trace = f"traces/autokernel/{state.run_dir.name}/profile"
+    assert f"autokernel bench rmsnorm kernels/rmsnorm.py --incumbent /tmp/base_rmsnorm.py --trace {trace}\n" in msg
+    assert f"autokernel verify rmsnorm kernels/rmsnorm.py --trace {trace} --seed 12345" in msg
     assert str(tmp_path) not in msg  # no machine-local path in what a reviewer reruns
     assert "Two rows per program halve the launches." in msg and "rows batched" in msg
     assert "\x1b" not in msg and "\x07" not in msg

@@ -1,0 +1,72 @@
+"""What a reviewer reads first in a delivered win (issue 23 item 4): the kernel speedup beside the op's share of
+profiled time and Amdahl's end-to-end bound, repro commands on the profiled shapes, and a no-win nightly's account of
+what was tried. The commit's author is tested in tests/git/test_git.py."""
+import io
+from pathlib import Path
+
+from delivery_doubles import ScriptedModel, StubEvaluator, measurement, turn, write_trace
+from rich.console import Console
+
+from autokernel import paths, run
+from autokernel.git import report
+from autokernel.policy import Policy
+
+GATE = {"seed": 7, "isolation": "bwrap", "sha256": "ab" * 32, "stages": []}
+
+
+def win(**kw) -> report.Win:
+    return report.Win("rmsnorm", measurement(speedup=5.1), GATE, evidence_path="traces/autokernel/run-1/rmsnorm.json",
+                      **kw)
+
+
+def test_a_fast_kernel_for_a_negligible_op_says_it_moves_nothing_end_to_end():
+    w = win(share=0.0004, profile_path="traces/autokernel/run-1/profile/summary.json")
+    body = report.body(w, "0" * 40)
+    assert body.startswith("**5.10x faster rmsnorm; rmsnorm is 0.0% of profiled time: x1.00 end to end at most")
+    assert "0.0% of profiled time, <= x1.00 end to end)" in report.title(w)
+
+
+def test_an_unknown_share_is_said_not_omitted():
+    w = win()
+    body = report.body(w, "0" * 40)
+    assert "rmsnorm's share of profiled time is unknown (no profile): the end-to-end effect is not bounded" in body
+    assert "share of profiled time unknown" in report.title(w)
+    assert "--trace" not in body and "Profile: none" in body  # nothing to pass: the model's own shapes
+
+
+def test_a_profile_too_big_to_commit_is_named_and_passed_to_the_repro():
+    w = win(share=0.25, trace_dir="traces/20260101-000000-abcdef")
+    body = report.body(w, "0" * 40)
+    assert "autokernel verify rmsnorm kernels/rmsnorm.py --trace traces/20260101-000000-abcdef --seed 7" in body
+    assert "--incumbent /tmp/base_rmsnorm.py --trace traces/20260101-000000-abcdef\n" in body
+    assert "Profile: `traces/20260101-000000-abcdef/summary.json` on the machine that ran autokernel" in body
+    assert "x1.25 end to end at most" in body  # 1 / (0.75 + 0.25 / 5.1) = 1.2515
+
+
+def test_a_no_win_nightly_says_what_was_tried():
+    tried = {"candidates": 3, "reasons": {"numeric.mismatch": 2, "bench.no_win": 1}, "best_speedup": 1.013}
+    outcomes = [run.OpOutcome("rmsnorm", "no_improvement", "finished: done; 3 candidate(s), none won", tried=tried),
+                run.OpOutcome("silu_mul", "no_improvement", "finished: done; 0 candidate(s), none won",
+                              tried={"candidates": 0, "reasons": {}, "best_speedup": None})]
+    text = run.nightly_report(None, outcomes)
+    assert text.startswith("# autokernel nightly: no improvement")
+    assert "- rmsnorm: 3 candidate(s) judged: numeric.mismatch x2, bench.no_win x1; best speedup seen 1.013x" in text
+    assert "- silu_mul: 0 candidate(s) judged; best speedup seen: none" in text
+
+
+def test_a_session_that_won_nothing_reports_its_verdicts(tmp_path):
+    (tmp_path / "kernels").mkdir()
+    (tmp_path / "kernels" / "rmsnorm.py").write_text((Path(__file__).parents[2] / "kernels" / "rmsnorm.py")
+                                                     .read_text())
+    llm = ScriptedModel([turn("", ("submit_candidate", {"source": "# REJECT one\n"})),
+                         turn("", ("submit_candidate", {"source": "# REJECT two\n"})),
+                         turn("", ("finish", {"summary": "gave up"}))])
+    pol = Policy()
+    pol.git.commit = False
+    ctx = run.Context(paths.Layout(tmp_path), pol, pol.agent, llm, lambda op_dir, *a: StubEvaluator(op_dir),
+                      Console(file=io.StringIO()), yes=True)
+    state, (o,) = run.pipeline(ctx, op="rmsnorm", resume=None, trace=write_trace(tmp_path / "trace-1"))
+    assert o.status == "no_improvement", o
+    assert o.tried == {"candidates": 2, "reasons": {"static.forbidden_call": 2}, "best_speedup": None}
+    assert "- rmsnorm: 2 candidate(s) judged: static.forbidden_call x2; best speedup seen: none" in \
+        run.nightly_report(state, [o])
