@@ -30,7 +30,9 @@ from pathlib import Path, PurePosixPath
 from autokernel.errors import UserError
 from autokernel.untrusted import line, plain
 
-BOT_NAME, BOT_EMAIL = "autokernel", "autokernel@localhost"
+# The committer always, and the author where the repository's git config names nobody (a CI checkout): an address
+# GitHub accepts and never mails, not one of this machine's.
+BOT_NAME, BOT_EMAIL = "autokernel", "autokernel@users.noreply.github.com"
 ZERO = "0" * 40
 # Passed to git from our environment when set; nothing else (no *_KEY, *_TOKEN, proxies' credentials).
 GIT_ENV = ("PATH", "LANG", "LC_ALL", "TZ", "SYSTEMROOT")
@@ -119,6 +121,18 @@ def _rel(path: str) -> str:
     return str(p)
 
 
+def author(repo_path: str | Path) -> tuple[str, str]:
+    """(name, email) of the commit's author: the repository's user.name and user.email as git config resolves them
+    (repository, global, system), when both are set; else the bot's. Read with the user's config, never run."""
+    def get(key: str) -> str:
+        try:
+            return line(git(repo_path, "config", "--get", key, for_push=True), 200)
+        except DeliveryError:  # unset: git config exits 1
+            return ""
+    name, email = get("user.name"), get("user.email")
+    return (name, email) if name and email else (BOT_NAME, BOT_EMAIL)
+
+
 def commit_files(repo_path: str | Path, branch: str, files: dict[str, str | bytes], message: str) -> Delivered:
     """One commit holding `files` (repo-relative path -> content) over HEAD, on a new `branch` (a free name near
     it), made without a checkout (see the module docstring)."""
@@ -132,7 +146,9 @@ def commit_files(repo_path: str | Path, branch: str, files: dict[str, str | byte
             blob = git(root, "hash-object", "-w", "--stdin", input=content)
             git(root, "update-index", "--add", "--cacheinfo", f"100644,{blob},{rel}", env=index)
         tree = git(root, "write-tree", env=index)
-    sha = git(root, "commit-tree", tree, "-p", base, "-F", "-", input=plain(message).encode())
+    name, email = author(root)
+    sha = git(root, "commit-tree", tree, "-p", base, "-F", "-", input=plain(message).encode(),
+              env={"GIT_AUTHOR_NAME": name, "GIT_AUTHOR_EMAIL": email})
     for _ in range(20):  # another process may take the name between free_branch and update-ref: take the next
         name = free_branch(root, branch)
         try:

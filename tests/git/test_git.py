@@ -47,7 +47,14 @@ def plant_hooks(repo) -> Path:
     return marks
 
 
-def test_commit_on_own_branch_leaves_checkout_untouched(repo):
+@pytest.fixture
+def nobody(tmp_path, monkeypatch):
+    """No global git config names anyone (a CI runner's)."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "home" / ".config"))
+
+
+def test_commit_on_own_branch_leaves_checkout_untouched(repo, nobody):
     wd = repo.working_tree_dir
     open(f"{wd}/kernels/rmsnorm.py", "w").write("user's uncommitted edit\n")
     open(f"{wd}/notes.txt", "w").write("untracked\n")
@@ -65,6 +72,25 @@ def test_commit_on_own_branch_leaves_checkout_untouched(repo):
     assert sorted(c.stats.files) == ["kernels/rmsnorm.py", "traces/a/summary.json"]
     assert repo.git.worktree("list").count("\n") == 0  # no worktree made or left behind
     assert (c.author.name, c.committer.name) == ("autokernel", "autokernel")
+    assert c.author.email == c.committer.email == "autokernel@users.noreply.github.com"  # never @localhost
+
+
+def test_the_author_is_the_repositorys_configured_user(repo, nobody):
+    with repo.config_writer() as cw:
+        cw.set_value("user", "name", "Ada Lovelace")
+        cw.set_value("user", "email", "ada@example.com")
+    c = repo.commit(delivery.commit_files(repo.working_tree_dir, "autokernel/x", {"kernels/rmsnorm.py": "new\n"},
+                                          "msg").sha)
+    assert (c.author.name, c.author.email) == ("Ada Lovelace", "ada@example.com")
+    assert (c.committer.name, c.committer.email) == ("autokernel", "autokernel@users.noreply.github.com")
+
+
+def test_the_author_comes_from_the_users_global_config(repo, tmp_path, nobody):
+    (tmp_path / "home").mkdir()
+    (tmp_path / "home" / ".gitconfig").write_text("[user]\n\tname = Grace Hopper\n\temail = grace@example.com\n")
+    c = repo.commit(delivery.commit_files(repo.working_tree_dir, "autokernel/x", {"kernels/rmsnorm.py": "new\n"},
+                                          "msg").sha)
+    assert (c.author.name, c.author.email) == ("Grace Hopper", "grace@example.com")
 
 
 def test_no_repository_hook_runs(repo):
