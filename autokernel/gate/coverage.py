@@ -329,6 +329,22 @@ class Instrument(ast.NodeTransformer):
 
     def visit_Call(self, node: ast.Call) -> ast.AST:
         name = _callee(node)
+        if self.depth and name in PICK_FUNCS and not node.keywords and not any(
+                isinstance(a, ast.Starred) for a in node.args):
+            args = node.args
+            if len(args) == 1 and isinstance(args[0], (ast.Tuple, ast.List)):
+                args = args[0].elts  # min((a, b, c)): the same picks as min(a, b, c)
+            if len(args) > 2:  # min(a, b, c) == min(min(a, b), c): every argument's pick recorded
+                # the inner pick keyed at its last argument's place (a site of its own, the same in every transform)
+                inner = ast.copy_location(ast.Call(func=node.func, args=list(args[:-1]), keywords=[]), args[-2])
+                node = ast.copy_location(ast.Call(func=node.func, args=[inner, args[-1]], keywords=[]), node)
+            elif len(args) == 2:
+                node.args = list(args)
+        if self.depth and name == "clamp" and len(node.args) == 3 and not node.keywords:
+            key = self._key(node, "clamp")
+            func = self.visit(node.func)
+            x, lo, hi = (self.visit(a) for a in node.args)
+            return ast.copy_location(self._rec("clamp", key, func, x, lo, hi), node)
         if self.depth and name == "where" and node.args and not node.keywords:
             node.func = self.visit(node.func)
             node.args = [self._cond(node.args[0]), *[self.visit(a) for a in node.args[1:]]]
@@ -392,7 +408,8 @@ def missing(known: dict[str, Site], seen: dict[str, int], kernels_measured: bool
 
 def describe(gaps: list[tuple[Site, str]], cases: int) -> str:
     s, why = gaps[0]
-    what = {"block": "the block starting", "cond": "the condition"}.get(s.kind, "the min/max")
+    what = {"block": "the block starting", "cond": "the condition", "clamp": "the clamp (bit / passed through)"
+            }.get(s.kind, "the min/max")
     more = f" (+{len(gaps) - 1} more: lines {', '.join(str(g.line) for g, _ in gaps[1:6])})" if len(gaps) > 1 else ""
     return (f"line {s.line}: {what} `{s.text}` {why} in the gate's {cases} cases{more}; the gate proves a kernel "
             "only on paths it ran: drop the special case, or make it reachable by shapes and values the op takes")
@@ -499,6 +516,22 @@ class Recorder:
     def cond(self, key: str, value):
         self.seen[key] = self.seen.get(key, 0) | REACHED | _truth(value)
         return value
+
+    def clamp(self, key: str, fn, x, lo, hi):
+        """tl.clamp(x, lo, hi): TRUE where a bound bit (x outside [lo, hi]), FALSE where x passed through."""
+        import numpy as np
+        out = fn(x, lo, hi)
+        dx, dlo, dhi = _data(x), _data(lo), _data(hi)
+        bits = OPAQUE
+        if dx is not None and dlo is not None and dhi is not None:
+            try:
+                with np.errstate(all="ignore"):
+                    bit = (np.asarray(dx) < np.asarray(dlo)) | (np.asarray(dx) > np.asarray(dhi))
+                bits = (TRUE if bit.any() else 0) | (FALSE if not bit.all() else 0)
+            except (TypeError, ValueError):
+                pass
+        self.seen[key] = self.seen.get(key, 0) | REACHED | bits
+        return out
 
     def pick(self, key: str, fn, a, b):
         out = fn(a, b)

@@ -254,3 +254,20 @@ def test_a_product_of_truths_is_a_condition_like_their_conjunction():
     texts = {s.text for s in coverage.sites(src).values() if s.kind == "cond"}
     assert "(M > 600).to(tl.float32) * (g < 0.5).to(tl.float32)" in texts
     assert "(M > 600) * 3" not in texts and "M > 600" in texts  # a truth times a number is arithmetic
+
+
+def test_nary_min_max_and_clamps_are_picks_too():
+    """min(M, 1024, N) and max((M, 16)) clamp like their two-way forms; tl.clamp must bite and pass through."""
+    src = ("def f(M, N, x):\n    a = min(M, 1024, N * 4)\n    b = max((M, 16))\n"
+           "    c = tl.clamp(x, 0.0, 6.0)\n    return a, b, c\n")
+    sites = coverage.sites(src)
+    assert sorted(s.kind for s in sites.values() if s.kind != "block") == ["clamp", "pick", "pick", "pick"]
+    rec = coverage.Recorder()
+    ns = {"tl": type("T", (), {"clamp": staticmethod(lambda x, lo, hi: np.clip(x, lo, hi))})}
+    exec(coverage.compile_instrumented(rec)(src, "f.py", ns), ns)
+    a, b, c = ns["f"](3, 2000, np.array([-1.0, 2.0, 9.0]))
+    assert (a, b, c.tolist()) == (3, 16, [0.0, 2.0, 6.0])  # the same values as uninstrumented
+    clamp = next(k for k, s in sites.items() if s.kind == "clamp")
+    assert rec.seen[clamp] == coverage.REACHED | coverage.TRUE | coverage.FALSE
+    picks = [rec.seen[k] for k, s in sites.items() if s.kind == "pick"]
+    assert len(picks) == 3 and all(p & coverage.REACHED for p in picks)
