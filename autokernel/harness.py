@@ -81,6 +81,7 @@ class NumericPayload(TypedDict):
     calls: list[CallSpec]
     soft_s: float  # 0: make every call; else start no call once this many seconds of calls have run (the parent
     # judges the cases whose calls all came back and runs the rest in later jobs)
+    salt: int  # which autotune config runs for which key (autokernel/gate/coverage.py install_autotune)
 
 
 class CallRecord(TypedDict):

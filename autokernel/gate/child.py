@@ -357,6 +357,7 @@ def numeric(payload: NumericPayload, inputs) -> NumericReport:
     recorder = coverage.Recorder()  # the probes' record: what the candidate's code did (autokernel/gate/coverage.py)
     path = (job / payload["candidate"]).resolve()
     coverage.install_interpreter(str(path))
+    coverage.install_autotune(recorder, module_name, int(payload.get("salt") or 0))
     _warm_up(guard)
     report: NumericReport = {"failure": None, "calls": [], "ops": {}, "coverage": recorder.seen}
     try:

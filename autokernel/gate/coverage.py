@@ -371,7 +371,8 @@ def instrument(tree: ast.Module, source: str = "", offset: int = 0, kernel: bool
 def sites(source: str | bytes) -> dict[str, Site]:
     """Every site of a candidate file, as the child's probes key them (parent side; never executes the source)."""
     text = source.decode("utf-8", "replace") if isinstance(source, bytes) else source
-    return instrument(ast.parse(text), text)[1]
+    tree = ast.parse(text)
+    return {**instrument(tree, text)[1], **autotune_sites(tree)}
 
 
 # --- judging (parent) -------------------------------------------------------------------------------------------------
@@ -649,3 +650,58 @@ def steer(spec, planned: list, gaps: list[tuple[Site, str]], seed: int, round_: 
         done.add(key)
         out.append((shape, dtype, dists[r.randrange(len(dists))], schedule.SINGLE))
     return out
+
+
+# --- autotune configs -------------------------------------------------------------------------------------------------
+# Which of a kernel's triton.Config a GPU picks is a timing, not a proof: a config that is wrong and never picked on
+# the gate's machine is picked on another. So in the gate every config must run and be judged: the child picks one
+# per autotune key (shapes, dtypes: stable for a key, as a GPU's cache is) from a salted hash, without timing, and
+# each config is a site that must be reached (autotune_sites; install_autotune).
+
+def _autotune_configs(fn: ast.FunctionDef) -> int:
+    for d in fn.decorator_list:
+        if isinstance(d, ast.Call) and _callee(d) == "autotune":
+            for k in d.keywords:
+                if k.arg == "configs" and isinstance(k.value, (ast.List, ast.Tuple)):
+                    return len(k.value.elts)
+    return 0
+
+
+def autotune_sites(tree: ast.AST) -> dict[str, Site]:
+    out = {}
+    for fn in ast.walk(tree):
+        if isinstance(fn, ast.FunctionDef) and (n := _autotune_configs(fn)) > 1:
+            for i in range(n):
+                key = f"autotune:{fn.name}:{i}"
+                out[key] = Site(key, fn.lineno, "block", f"triton.Config #{i + 1} of {fn.name}'s autotune", False)
+    return out
+
+
+def install_autotune(recorder: Recorder, module_name: str, salt: int) -> None:
+    """The candidate's autotuners (module `module_name`) run one config per key, chosen by a salted hash, untimed."""
+    import hashlib
+
+    from triton.runtime.autotuner import Autotuner
+    plain = Autotuner.run
+    if getattr(plain, "_coverage", False):
+        plain = plain._plain
+
+    def run(self, *args, **kwargs):
+        fn = getattr(self, "base_fn", None)
+        configs = list(self.configs)
+        if getattr(fn, "__module__", None) != module_name or len(configs) < 2:
+            return plain(self, *args, **kwargs)
+        named = {**dict(zip(self.arg_names, args)), **kwargs}
+        key = [str(named[k]) for k in self.keys if k in named]
+        key += [str(v.dtype) for v in named.values() if hasattr(v, "dtype")]
+        h = hashlib.sha256(f"{salt}:{fn.__name__}:{key}".encode()).digest()
+        i = int.from_bytes(h[:8], "little") % len(configs)
+        recorder.block(f"autotune:{fn.__name__}:{i}")
+        self.configs = [configs[i]]
+        try:
+            return plain(self, *args, **kwargs)
+        finally:
+            self.configs = configs
+
+    run._coverage, run._plain = True, plain
+    Autotuner.run = run

@@ -183,7 +183,8 @@ class _Runner:
                 inputs[f"{c.id}.{v}.pt"] = getattr(c, v)
                 files.setdefault(c.id, {})[v] = f"{c.id}.{v}.pt"
         payload: harness.NumericPayload = {"op": self.spec.name, "candidate": self.candidate.name,
-                                           "poison": self.poison, "cases": files, "calls": calls, "soft_s": soft_s}
+                                           "poison": self.poison, "cases": files, "calls": calls, "soft_s": soft_s,
+                                           "salt": _derive(self.seed, "autotune")}
         res = self.sandbox_run(child.numeric, payload, self.job_dir, self.limits_for(est_s),
                                inputs=inputs)
         with self.lock:  # parallel jobs (run_chunks) are judged one at a time

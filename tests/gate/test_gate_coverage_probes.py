@@ -271,3 +271,15 @@ def test_nary_min_max_and_clamps_are_picks_too():
     assert rec.seen[clamp] == coverage.REACHED | coverage.TRUE | coverage.FALSE
     picks = [rec.seen[k] for k, s in sites.items() if s.kind == "pick"]
     assert len(picks) == 3 and all(p & coverage.REACHED for p in picks)
+
+
+def test_every_autotune_config_is_a_site_the_gate_must_run():
+    """A GPU runs the config it times fastest; the gate runs each on some key and judges it (fixtures
+    rmsnorm/autotune_wrong_config rejected, rmsnorm/legit_autotune_configs accepted)."""
+    src = ("@triton.autotune(configs=[triton.Config({'B': 64}), triton.Config({'B': 128})], key=['N'])\n"
+           "@triton.jit\ndef k(x, N, B: tl.constexpr):\n    pass\n")
+    got = {k: s.text for k, s in coverage.sites(src).items() if k.startswith("autotune:")}
+    assert got == {"autotune:k:0": "triton.Config #1 of k's autotune",
+                   "autotune:k:1": "triton.Config #2 of k's autotune"}
+    one = src.replace(", triton.Config({'B': 128})", "")
+    assert not [k for k in coverage.sites(one) if k.startswith("autotune:")]  # one config: nothing to choose
