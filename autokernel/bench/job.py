@@ -225,9 +225,8 @@ def time_file(payload: BenchPayload, inputs: Path) -> BenchReport:
     from autokernel.ops import get
     device = "cuda" if torch.cuda.is_available() else "cpu"
     op, seed, reps = payload["op"], int(payload["seed"]), int(payload["reps"])
-    if device == "cpu":  # the interpreter cannot time several autotune configs (it raises): one per key, by hash
-        from autokernel.gate import coverage
-        coverage.install_autotune(coverage.Recorder(), kernel_loader.module_name(op), 0)
+    from autokernel.gate.coverage_probe import untimed_autotune
+    untimed_autotune(op)  # under the CPU interpreter: one autotune config per key, by hash (it cannot time several)
     spec = get(op)
     cases = [_Case(spec, c, seed, ci, device) for ci, c in enumerate(payload["cases"])]
     timer = _timer(device)

@@ -45,7 +45,7 @@ from autokernel.harness import CallRecord, CallSpec, NumericPayload, NumericRepo
 
 device.ensure_interpreter()  # before triton is imported: kernels run through the interpreter without CUDA
 
-from autokernel.gate import coverage, judge  # noqa: E402
+from autokernel.gate import coverage_probe, judge  # noqa: E402
 from autokernel.gate.allowlist import ALLOC, COPY, LAUNCH_ONLY, POISONED, VIEW  # noqa: E402  (one table: static too)
 
 ALLOWED_OPS = ALLOC | VIEW | COPY | LAUNCH_ONLY | {"fill_"}  # by name: what the parent re-checks each call's ops for
@@ -354,15 +354,15 @@ def numeric(payload: NumericPayload, inputs) -> NumericReport:
     guard = Guard(payload["poison"])
     hook = LaunchHook(module_name, guard)
     hook.install()
-    recorder = coverage.Recorder()  # the probes' record: what the candidate's code did (autokernel/gate/coverage.py)
+    recorder = coverage_probe.Recorder()  # what the candidate's code did (autokernel/gate/coverage.py)
     path = (job / payload["candidate"]).resolve()
-    coverage.install_interpreter(str(path))
-    coverage.install_autotune(recorder, module_name, int(payload.get("salt") or 0))
+    coverage_probe.install_interpreter(str(path))
+    coverage_probe.install_autotune(recorder, module_name, int(payload.get("salt") or 0))
     _warm_up(guard)
     report: NumericReport = {"failure": None, "calls": [], "ops": {}, "coverage": recorder.seen}
     try:
         before = harness.Snapshot(module_name, STRICT)
-        launcher, after_import = _load(op, path, guard, before, coverage.compile_instrumented(recorder))
+        launcher, after_import = _load(op, path, guard, before, coverage_probe.compile_instrumented(recorder))
         t0 = _perf()
         report["stopped"] = _run_calls(launcher, payload, job, guard, hook, report["calls"])
         report["candidate_s"] = _perf() - t0

@@ -153,17 +153,6 @@ def route(eng, op: str, sites: list[str] | None, capture: Capture | None = None,
     eng.model.ops.observer = observe
 
 
-def _untimed_autotune(op: str) -> None:
-    """Under the CPU interpreter an autotuner with several configs cannot time them (it raises): there, as in the
-    numeric stage, one config per key is picked by hash (autokernel/gate/coverage.py install_autotune); the numeric
-    stage has judged every one. Where kernels compile, the autotuner times them as in production."""
-    import torch
-    if not torch.cuda.is_available():
-        from autokernel import kernel_loader
-        from autokernel.gate import coverage
-        coverage.install_autotune(coverage.Recorder(), kernel_loader.module_name(op), 0)
-
-
 def run(payload: dict, inputs: Path) -> dict:
     """Sandbox entry: the candidate is payload["candidate"] in the read-only `inputs` directory; payload["sites"]
     ({"prefill": [...], "decode": [...]}; absent: every call site) says where it runs in each phase. The logits are
@@ -173,7 +162,8 @@ def run(payload: dict, inputs: Path) -> dict:
     kernel_loader.neutral_process()  # the same argv and env keys as the numeric job; imports kernels (interpreter)
     from autokernel.engine import open_engine
     op = payload["op"]
-    _untimed_autotune(op)
+    from autokernel.gate.coverage_probe import untimed_autotune
+    untimed_autotune(op)
     eng = open_engine(payload["model"], kernels=payload["backend"], weights=payload["weights"],
                       overrides={**payload.get("others", {}), op: str(Path(inputs) / payload["candidate"])})
     sites = payload.get("sites")

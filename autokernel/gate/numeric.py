@@ -27,7 +27,7 @@ from typing import Any
 import torch
 
 from autokernel import device, harness
-from autokernel.gate import coverage, judge, schedule, thresholds
+from autokernel.gate import coverage, coverage_steer, judge, schedule, thresholds
 from autokernel.gate.verdict import REASONS, StageResult
 from autokernel.ops.spec import DISTRIBUTIONS, OpSpec
 
@@ -407,7 +407,7 @@ def _steer(runner: _Runner, planned, skipped: dict[str, str], slots: list, cover
     for round_ in range(STEER_ROUNDS):
         if not gaps or left <= 0:
             break
-        extra = coverage.steer(runner.spec, planned, gaps, runner.seed, round_, cover.max_rows, done, DISTS,
+        extra = coverage_steer.steer(runner.spec, planned, gaps, runner.seed, round_, cover.max_rows, done, DISTS,
                                named)[:left]
         if not extra:
             continue

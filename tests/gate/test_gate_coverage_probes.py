@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from autokernel.gate import coverage, numeric
+from autokernel.gate import coverage, coverage_probe, coverage_steer, numeric
 from autokernel.git import report
 from autokernel.ops import get
 
@@ -75,8 +75,8 @@ def test_instrumented_code_computes_what_the_plain_code_does():
     plain = "def launch" + src
     ns_plain, ns_probed = {}, {}
     exec(compile(plain, "f.py", "exec"), ns_plain)
-    rec = coverage.Recorder()
-    exec(coverage.compile_instrumented(rec)(plain, "f.py", ns_probed), ns_probed)
+    rec = coverage_probe.Recorder()
+    exec(coverage_probe.compile_instrumented(rec)(plain, "f.py", ns_probed), ns_probed)
     x = torch.arange(6.0)
     for M, big in [(1, True), (700, False), (5000, True)]:
         assert ns_plain["launch"](x, M, big)[:4] == ns_probed["launch"](x, M, big)[:4]
@@ -88,7 +88,7 @@ def test_instrumented_code_computes_what_the_plain_code_does():
 
 def test_the_recorder_reads_elementwise_conditions_and_clamps():
     import triton.language as tl
-    rec = coverage.Recorder()
+    rec = coverage_probe.Recorder()
     rec.cond("a", np.array([True, False]))
     rec.cond("b", np.array([True, True]))
     rec.cond("c", tl.constexpr(0))
@@ -128,7 +128,7 @@ def test_missing_names_what_was_never_seen_and_skips_kernels_where_they_compile(
 
 def test_constants_of_unreached_conditions_include_float_edges():
     site = coverage.Site("1:0:cond", 1, "cond", "600.5 < M < 700.5", False)
-    assert {600, 601, 700, 701} <= coverage.constants([(site, "never true")])
+    assert {600, 601, 700, 701} <= coverage_steer.constants([(site, "never true")])
 
 
 def test_steering_stays_in_the_ops_envelope_and_keeps_tied_dimensions():
@@ -138,7 +138,7 @@ def test_steering_stays_in_the_ops_envelope_and_keeps_tied_dimensions():
     done: set[str] = set()
     extra = []
     for round_ in range(3):
-        extra += coverage.steer(dec, planned, [(site, "never true")], 7, round_, 1024, done, numeric.DISTS)
+        extra += coverage_steer.steer(dec, planned, [(site, "never true")], 7, round_, 1024, done, numeric.DISTS)
     assert extra
     for shape, *_ in extra:
         assert shape["S"] >= shape["L"] and shape["Hq"] % shape["Hkv"] == 0 and shape["D"] == 64
@@ -146,9 +146,9 @@ def test_steering_stays_in_the_ops_envelope_and_keeps_tied_dimensions():
     rms = get("rmsnorm")
     planned = numeric.plan(rms, None, [torch.float32], ["normal"], 0, 0, set())
     site = coverage.Site("1:0:cond", 1, "cond", "N > 4096", False)
-    shapes = [s for s, *_ in coverage.steer(rms, planned, [(site, "never true")], 1, 0, 0, set(), numeric.DISTS)]
+    shapes = [s for s, *_ in coverage_steer.steer(rms, planned, [(site, "never true")], 1, 0, 0, set(), numeric.DISTS)]
     assert {"M": 4, "N": 4097} in shapes or any(s["N"] == 4097 for s in shapes)
-    assert all(s["N"] <= 8192 for s, *_ in coverage.steer(rms, planned, [], 1, 1, 0, set(), numeric.DISTS))
+    assert all(s["N"] <= 8192 for s, *_ in coverage_steer.steer(rms, planned, [], 1, 1, 0, set(), numeric.DISTS))
 
 
 def test_module_level_code_is_not_instrumented():
@@ -262,9 +262,9 @@ def test_nary_min_max_and_clamps_are_picks_too():
            "    c = tl.clamp(x, 0.0, 6.0)\n    return a, b, c\n")
     sites = coverage.sites(src)
     assert sorted(s.kind for s in sites.values() if s.kind != "block") == ["clamp", "pick", "pick", "pick"]
-    rec = coverage.Recorder()
+    rec = coverage_probe.Recorder()
     ns = {"tl": type("T", (), {"clamp": staticmethod(lambda x, lo, hi: np.clip(x, lo, hi))})}
-    exec(coverage.compile_instrumented(rec)(src, "f.py", ns), ns)
+    exec(coverage_probe.compile_instrumented(rec)(src, "f.py", ns), ns)
     a, b, c = ns["f"](3, 2000, np.array([-1.0, 2.0, 9.0]))
     assert (a, b, c.tolist()) == (3, 16, [0.0, 2.0, 6.0])  # the same values as uninstrumented
     clamp = next(k for k, s in sites.items() if s.kind == "clamp")
