@@ -56,6 +56,14 @@ class Declaration:
     ops: dict[str, Op] = field(default_factory=dict)
 
 
+def module_of(file: str) -> str:
+    """The module a checkout file is imported as, from the checkout's root: a/b.py -> a.b, a/__init__.py -> a."""
+    parts = list(Path(file).with_suffix("").parts)
+    if parts and parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
 def module_file(root: Path, module: str, what: str) -> Path:
     """The file of `module` in the checkout (a.b -> a/b.py or a/b/__init__.py): a regular file inside it, not a
     symlink; else UserError naming `what` (the field) and the module."""

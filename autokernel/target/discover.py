@@ -70,6 +70,19 @@ class FoundOp:
 
 
 @dataclass
+class LauncherCalls:
+    """A declared launcher's calls in the workload (autokernel/target/launches.py, LauncherRecorder): the layouts
+    the gate's cases are made in."""
+    file: str
+    launcher: str
+    calls: int
+    signatures: list[list[tuple]]  # per distinct layout: (parameter, description) pairs, in signature order
+    signature_calls: list[int]
+    written: list[str]  # tensor parameters some call wrote in place
+    returns: list[tuple]  # what the first call returned, described
+
+
+@dataclass
 class Discovery:
     build: str
     launches: list[Launch]
@@ -79,17 +92,20 @@ class Discovery:
     pinned: dict[str, int]
     isolation: str
     job_dir: Path
+    launcher_calls: list[LauncherCalls] = field(default_factory=list)
 
 
-def run(root: Path, build: str, policy, job_dir: Path) -> Discovery:
+def run(root: Path, build: str, policy, job_dir: Path, launchers: dict | None = None) -> Discovery:
     """Run the engine's workload in the sandbox (pythonpath: the checkout, bound read-only) and collect its launches.
+    launchers: {module: ([names], file)} of declared ops, whose calls are recorded at the launcher (LauncherCalls).
     UserError (exit 2, one line) when the job fails, the engine breaks the contract, or nothing was launched."""
     from autokernel import device, sandbox
     from autokernel.target import launches
     env = {} if device.is_cuda() else {"TRITON_INTERPRET": "1"}
     t0 = time.perf_counter()
-    res = sandbox.run(launches.discover, {"root": str(root), "build": build, "probe_ids": PROBE_IDS}, job_dir,
-                      policy.sandbox, pythonpath=[root], env=env)
+    payload = {"root": str(root), "build": build, "probe_ids": PROBE_IDS,
+               "launchers": {m: [list(names), rel] for m, (names, rel) in (launchers or {}).items()}}
+    res = sandbox.run(launches.discover, payload, job_dir, policy.sandbox, pythonpath=[root], env=env)
     wall_s = time.perf_counter() - t0
     log = job_dir / sandbox.LOG_NAME
     if not res.ok:
@@ -98,7 +114,8 @@ def run(root: Path, build: str, policy, job_dir: Path) -> Discovery:
     if "failed" in data:
         stage, where = str(data.get("failed")), str(data.get("where") or "")
         what = {"build": f"{build}() raised", "workload": f"{build}(): its workload() raised",
-                "logits": f"{build}(): its logits(ids) raised"}.get(stage, f"{build}()")
+                "logits": f"{build}(): its logits(ids) raised",
+                "launchers": "declaration: a launcher"}.get(stage, f"{build}()")
         raise UserError(f"engine {what}: {data.get('detail')}" + (f" (at {where})" if where else "")
                         + f"; fix the engine and rerun (log: {log})")
     shape = data.get("logits_shape")
@@ -113,8 +130,29 @@ def run(root: Path, build: str, policy, job_dir: Path) -> Discovery:
                if type(data.get(k)) in (int, float)}
     timings["job_s"] = wall_s
     pinned = {k: v for k, v in (data.get("pinned") or {}).items() if IDENT.match(str(k)) and type(v) is int}
+    calls = [c for c in (_launcher_calls(g, root) for g in (data.get("launcher_calls") or [])[:MAX_LAUNCHES])
+             if c is not None]
     return Discovery(build, found, group(found), timings, data.get("interpreted") is True, pinned, res.isolation,
-                     job_dir)
+                     job_dir, calls)
+
+
+def _launcher_calls(g, root: Path) -> LauncherCalls | None:
+    """One declared launcher's record, checked like a launch group; None when it does not hold up."""
+    if not isinstance(g, dict):
+        return None
+    file, name, calls = g.get("file"), g.get("launcher"), _int(g.get("calls"), 1)
+    if not (isinstance(file, str) and _inside(root, file) and isinstance(name, str) and IDENT.match(name) and calls):
+        return None
+    sigs, counts = [], []
+    for sig, n in zip((g.get("signatures") or [])[:32], (g.get("signature_calls") or [])[:32]):
+        s = _signature(sig)
+        if s is not None and _int(n, 1):
+            sigs.append(s)
+            counts.append(n)
+    params = {p for s in sigs for p, _ in s}
+    written = [w for w in (g.get("written") or [])[:32] if isinstance(w, str) and w in params]
+    returns = _signature([[f"r{i}", d] for i, d in enumerate((g.get("returns") or [])[:16])]) or []
+    return LauncherCalls(file, name, calls, sigs, counts, written, [d for _, d in returns])
 
 
 def group(found: list[Launch]) -> list[FoundOp]:
@@ -197,8 +235,10 @@ def _signature(sig) -> list[tuple] | None:
                 for t in d[2:]):
             out.append((name, ("tensor", d[1], tuple(d[2]), tuple(d[3]))))
         elif d[0] in ("bool", "int", "float", "NoneType") and len(d) == 2 and (
-                type(d[1]) in (bool, int, float) or d[1] is None):
+                type(d[1]) in (bool, int, float) or d[1] is None) and type(d[1]).__name__ == d[0]:
             out.append((name, (d[0], d[1])))
+        elif d[0] == "str" and len(d) == 2 and isinstance(d[1], str) and len(d[1]) <= 64:
+            out.append((name, ("str", d[1])))
         else:
             out.append((name, ("other",)))
     return out

@@ -153,6 +153,89 @@ class LaunchHook:
         return out
 
 
+class LauncherRecorder:
+    """The declared launchers' calls, recorded at the launcher's own boundary (what the gate replays): per launcher,
+    each distinct argument layout (bound to its parameter names, defaults applied: tensors as dtype, shape, strides;
+    scalars and strings as values) with its call count, which tensor arguments a call wrote (their bytes changed:
+    in-place outputs such as Liger's rope), and what the first call returned. The launcher is wrapped in its own
+    module before the engine is built, so every later `from module import launcher` and every call through the
+    module's globals goes through the wrapper."""
+
+    def __init__(self):
+        self.active = False
+        self.groups: dict[tuple[str, str], dict] = {}
+
+    def install(self, module_name: str, names: list[str], rel_file: str) -> list[str]:
+        """Wrap each of `names` in the module; the names that are not plain functions of it (reported, not wrapped)."""
+        import types
+        module = importlib.import_module(module_name)
+        missing = []
+        for name in names:
+            fn = vars(module).get(name)
+            if not isinstance(fn, types.FunctionType):
+                missing.append(name)
+                continue
+            setattr(module, name, self.wrap(fn, rel_file, name))
+        return missing
+
+    def wrap(self, fn, rel_file: str, name: str):
+        import functools
+        import inspect
+        sig = inspect.signature(fn)
+        rec = self
+
+        @functools.wraps(fn)
+        def launcher(*args, **kwargs):
+            if not rec.active:
+                return fn(*args, **kwargs)
+            try:
+                bound = sig.bind(*args, **kwargs)
+                bound.apply_defaults()
+                named = dict(bound.arguments)
+            except TypeError:  # the call itself is wrong: let the launcher raise it
+                return fn(*args, **kwargs)
+            g = rec.groups.setdefault((rel_file, name), {"file": rel_file, "launcher": name, "calls": 0,
+                                                         "signatures": [], "signature_calls": [], "written": [],
+                                                         "returns": None})
+            layout = tuple((k, _describe(v)) for k, v in named.items())
+            check = layout not in g["signatures"] or g["signature_calls"][g["signatures"].index(layout)] < 2
+            before = {k: _bytes(v).clone() for k, v in named.items() if _is_tensor(v)} if check else {}
+            out = fn(*args, **kwargs)
+            g["calls"] += 1
+            if layout in g["signatures"]:
+                g["signature_calls"][g["signatures"].index(layout)] += 1
+            elif len(g["signatures"]) < MAX_SIGNATURES:
+                g["signatures"].append(layout)
+                g["signature_calls"].append(1)
+            for k, b in before.items():
+                if k not in g["written"] and not bool((_bytes(named[k]) == b).all()):
+                    g["written"].append(k)
+            if g["returns"] is None:
+                g["returns"] = [_describe(v) for v in (out if isinstance(out, (tuple, list)) else (out,))][:16]
+            return out
+
+        return launcher
+
+    def result(self) -> list[dict]:
+        out = []
+        for g in self.groups.values():
+            g = dict(g)
+            g["signatures"] = [[list(kv) for kv in sig] for sig in g["signatures"]]
+            out.append(g)
+        return out
+
+
+def _is_tensor(v) -> bool:
+    return hasattr(v, "data_ptr") and hasattr(v, "shape") and hasattr(v, "stride")
+
+
+def _bytes(t):
+    """A tensor's elements as raw bytes, in logical order (a written element changes them, NaN or not)."""
+    import torch
+    flat = t.detach().reshape(-1)
+    return flat.contiguous().view(torch.uint8) if flat.dtype != torch.bool else flat.clone()
+
+
 def _where(root: str) -> str:
     """The innermost frame of the current exception that is in the checkout: "file:line" (or "")."""
     tb = sys.exc_info()[2]
@@ -172,8 +255,10 @@ def _failed(stage: str, root: str, e: BaseException) -> dict:
 
 
 def discover(payload: dict, inputs: Path) -> dict:
-    """Sandbox entry: payload {"root": checkout, "build": "module:function", "probe_ids": [[int]]}. Returns the
-    launch groups and the timings, or {"failed": stage, "detail", "where"} when the engine broke its contract."""
+    """Sandbox entry: payload {"root": checkout, "build": "module:function", "probe_ids": [[int]], "launchers":
+    {module: [[launcher names], file relative to the checkout]} (the declared ops, optional)}. Returns the launch
+    groups, the declared launchers' calls and the timings, or {"failed": stage, "detail", "where"} when the engine
+    broke its contract."""
     from autokernel import device
     device.ensure_interpreter()
     from autokernel.target import interp
@@ -181,9 +266,14 @@ def discover(payload: dict, inputs: Path) -> dict:
     root, build = payload["root"], payload["build"]
     hook = LaunchHook(root)
     hook.install()
+    recorder = LauncherRecorder()
     module, _, fn = build.partition(":")
     t0 = time.perf_counter()
     try:
+        missing = [f"{m}:{name}" for m, (names, rel) in (payload.get("launchers") or {}).items()
+                   for name in recorder.install(m, names, rel)]
+        if missing:
+            return {"failed": "launchers", "detail": f"{missing[0]} is not a function of its module", "where": ""}
         engine = getattr(importlib.import_module(module), fn)()
     except BaseException as e:  # noqa: BLE001 -- the engine's own error is the user's to fix: reported as data
         return _failed("build", root, e)
@@ -192,14 +282,14 @@ def discover(payload: dict, inputs: Path) -> dict:
         if not callable(getattr(engine, method, None)):
             return {"failed": "contract", "detail": f"returned a {type(engine).__name__} without a {method}() "
                                                    "method (docs/targets.md: the engine contract)", "where": ""}
-    hook.active = True
+    hook.active = recorder.active = True
     t0 = time.perf_counter()
     try:
         engine.workload()
     except BaseException as e:  # noqa: BLE001
         return _failed("workload", root, e)
     finally:
-        hook.active = False
+        hook.active = recorder.active = False
     workload_s = time.perf_counter() - t0
     t0 = time.perf_counter()
     try:
@@ -207,7 +297,8 @@ def discover(payload: dict, inputs: Path) -> dict:
     except BaseException as e:  # noqa: BLE001
         return _failed("logits", root, e)
     shape = tuple(int(s) for s in getattr(logits, "shape", ()))
-    return {"launches": hook.result(), "dropped": hook.dropped, "build_s": build_s, "workload_s": workload_s,
+    return {"launches": hook.result(), "launcher_calls": recorder.result(), "dropped": hook.dropped,
+            "build_s": build_s, "workload_s": workload_s,
             "hook_s": hook.overhead_s, "logits_s": time.perf_counter() - t0, "logits_shape": shape,
             "logits_dtype": str(getattr(logits, "dtype", type(logits).__name__)), "interpreted": interpreted,
             "pinned": interp.pinned()}
