@@ -191,7 +191,8 @@ def work_on(op: str, state: RunState, ctx: Context) -> OpOutcome:
     evaluator = shown(ctx.make_evaluator(op_dir, ctx.policy, state.trace, ctx.layout), ctx.console)
     result, session = command.start(op, ctx.settings, ctx.llm, evaluator, op_dir, trace=state.trace,
                                     kernel_file=incumbent, echo=lambda s: ctx.console.print(markup(s)),
-                                    ledger=Ledger.of(ctx.layout, ctx.policy.git.branch_prefix), bench=ctx.policy.bench,
+                                    ledger=Ledger.of(ctx.layout, ctx.policy.git.branch_prefix, ctx.policy),
+                                    bench=ctx.policy.bench,
                                     executor=ctx.executor)
     u = result.usage
     provenance = {"agent": ctx.settings.provider, "model": session.model.name, "candidates": result.submitted,
@@ -270,7 +271,7 @@ def finish_unbenched(op: str, done: dict, state: RunState, ctx: Context) -> OpOu
     incumbent = command.check_op(op, ctx.policy, ctx.layout)
     op_dir = state.run_dir / op
     evaluator = shown(ctx.make_evaluator(op_dir, ctx.policy, state.trace, ctx.layout), ctx.console)
-    ledger, fields = Ledger.of(ctx.layout, ctx.policy.git.branch_prefix), Feedback.__dataclass_fields__
+    ledger, fields = Ledger.of(ctx.layout, ctx.policy.git.branch_prefix, ctx.policy), Feedback.__dataclass_fields__
     timed = []
     for u in done.get("unbenched") or []:
         digest = str(u.get("sha256"))

@@ -146,7 +146,8 @@ def run_session(op: str, agent: str | None = None, model: str | None = None, bas
         layout.sandbox / f"agent-{time.strftime('%Y%m%d-%H%M%S')}-{op}-{settings.provider}-{secrets.token_hex(2)}")
     the_model = llm or make_model(settings, seed, bench=policy.bench)
     if evaluator is None:
-        evaluator, ledger = SandboxEvaluator(run_dir, policy, trace=trace, layout=layout), ledger or Ledger.of(layout)
+        evaluator = SandboxEvaluator(run_dir, policy, trace=trace, layout=layout)
+        ledger = ledger or Ledger.of(layout, policy=policy)
     result, _ = start(op, settings, the_model, evaluator, run_dir, trace=trace, kernel_file=kernel_file, echo=echo,
                       ledger=ledger, bench=policy.bench)
     echo(summary(result))

@@ -10,15 +10,20 @@ regular file inside the checkout, appended to without following a link, and what
 details: a rejected candidate's exception text) is quoted data -- JSON string literals under a line that says so --
 never words the model could take for instructions.
 
-The ledger is advice, never evidence. A commit needs this session's own gate verdict and measurement (run.work_on
-takes the winner from the session's candidates only), so a line in the ledger, whoever wrote it, can save a
-re-evaluation of a *rejected* or *not faster* source but can never make a source accepted: a source the ledger
-records as accepted is evaluated again, so it can win (and be committed) in this session; so is one that passed the
-gate but was never benchmarked (the session ran out of time: `autokernel run --resume` benchmarks it from the run's
-own state, not from here). Lines that do not parse or lack fields are skipped.
+A line is advice, except one kind. A commit needs this session's own measurement (run.work_on takes the winner from
+the session's candidates only, and confirms it with a fresh benchmark). A rejection or a lost benchmark saves a
+re-evaluation: answered from here. A gate's acceptance is reused -- the source is benchmarked again without being
+gated again -- only when its line carries the same (source sha256, base commit, device key, policy digest) as this
+session AND a MAC under this user's key (~/.cache/autokernel/ledger.key, outside every checkout and every sandbox):
+a line that the checkout's author or anyone without the key wrote can never skip the gate. Any other accepted line
+(another base: the engine or the incumbent changed; another policy: the gate judged differently) is evaluated again.
+A MAC that cannot be checked (no key yet, a CI machine with a fresh home) costs a re-gate, never trust. Lines that do
+not parse or lack fields are skipped.
 
     Ledger(path).record(feedback, run=...)    after every evaluation the session finished
-    Ledger(path).judged(op, sha256)           the latest line for this source on this device, or None
+    Ledger(path).judged(op, sha256)           the latest line for this source on this device, or None (None too for
+                                              an accepted line of another base or policy, and a won or unbenched one)
+    Ledger(path).gated(op, source)            the gate's acceptance of this source, reusable as above, or None
     Ledger(path).brief(op)                    the prompt's section on earlier runs ('' when there are none)
     Ledger.of(layout, branch_prefix).delivered(op, source)
                                               the branch already carrying this kernels/<op>.py over the checkout's
@@ -28,7 +33,9 @@ own state, not from here). Lines that do not parse or lack fields are skipped.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import hmac
 import json
 import os
 import threading
@@ -45,6 +52,36 @@ _APPEND = threading.Lock()
 FIELDS = ("sha256", "op", "device", "verdict", "reason", "detail", "accepted", "speedup", "speedup_ci", "time")
 
 
+def policy_digest(policy) -> str:
+    """What in a policy can change a verdict: the target (model, weights, workload), the gate, end-to-end and bench
+    thresholds and the sandbox's limits; not the agent's budgets, git or the cluster."""
+    judged = policy.model_dump(mode="json", include={"target", "gate", "e2e", "bench", "sandbox"})
+    return hashlib.sha256(json.dumps(judged, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def user_key() -> bytes:
+    """This user's ledger key (32 random bytes, mode 0600, made on first use) in the user cache: no checkout carries
+    it and no sandbox job sees it (they get a private HOME)."""
+    path = paths.user_cache() / "ledger.key"
+    if not path.is_file():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"ledger.key.{os.getpid()}.{threading.get_ident()}")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        try:
+            os.write(fd, os.urandom(32))
+        finally:
+            os.close(fd)
+        with contextlib.suppress(FileExistsError):  # another process made it first: theirs is the key
+            os.link(tmp, path)
+        tmp.unlink()
+    return path.read_bytes()
+
+
+def _mac(entry: dict, key: bytes) -> str:
+    body = json.dumps({k: v for k, v in entry.items() if k != "mac"}, sort_keys=True, default=str)
+    return hmac.new(key, body.encode(), hashlib.sha256).hexdigest()
+
+
 def device_key() -> str:
     """What makes a verdict reusable: the device and the software that judged (torch, Triton, autokernel)."""
     fp = device.fingerprint()
@@ -59,17 +96,29 @@ MAX_BYTES = 64 << 20  # ~150k lines: a ledger larger than this is refused (exit 
 
 class Ledger:
     def __init__(self, path: str | Path, device: str | None = None, root: str | Path | None = None,
-                 repo: str | Path | None = None, branch_prefix: str | None = None):
+                 repo: str | Path | None = None, branch_prefix: str | None = None, base: str | None = None,
+                 policy: str | None = None, key: bytes | None = None):
         """`root`: the checkout the ledger belongs to (its reads are held inside it); None: the file's directory.
-        `repo` and `branch_prefix` (git.branch_prefix): where delivered() looks; None: it does not."""
+        `repo` and `branch_prefix` (git.branch_prefix): where delivered() looks; None: it does not. `base` (the
+        checkout's HEAD), `policy` (policy_digest) and `key` (user_key): what a reusable acceptance must match;
+        any of them None: no acceptance is reused."""
         self.path, self.device = Path(path), device or device_key()
         self.root = Path(root) if root is not None else self.path.parent
         self.repo, self.branch_prefix = repo, branch_prefix
+        self.base, self.policy, self.key = base, policy, key
 
     @classmethod
-    def of(cls, layout: paths.Layout, branch_prefix: str | None = None) -> "Ledger":
+    def of(cls, layout: paths.Layout, branch_prefix: str | None = None, policy=None) -> "Ledger":
+        """The checkout's ledger; with `policy` (the session's Policy) its acceptances are reusable as above."""
+        from autokernel import git as delivery
+        from autokernel.errors import UserError
+        try:
+            base = delivery.head(layout.root)
+        except UserError:  # not a git work tree, no commit yet: nothing is reused
+            base = None
         return cls(layout.sandbox / "ledger.jsonl", root=layout.sandbox.parent, repo=layout.root,
-                   branch_prefix=branch_prefix)
+                   branch_prefix=branch_prefix, base=base, policy=policy and policy_digest(policy),
+                   key=user_key() if policy is not None else None)
 
     def delivered(self, op: str, source: str) -> dict | None:
         """{branch, commit, base} of a branch under the prefix whose tip is this exact kernels/<op>.py one commit
@@ -92,7 +141,12 @@ class Ledger:
                  "accepted": bool(fb.accepted), "speedup": fb.speedup, "speedup_ci": fb.speedup_ci,
                  "pct_of_peak": fb.pct_of_peak, "implausible": bool(fb.implausible),
                  "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                 "run": run}
+                 "run": run, "base": self.base, "policy": self.policy}
+        if fb.verdict == "accepted":  # what a later session benchmarks without gating again (gated())
+            entry["gate"] = {"seed": fb.seed, "isolation": fb.isolation, "device": fb.device,
+                             "stages": [s for s in fb.stages if s.get("name") != "bench"]}
+        if self.key is not None:
+            entry["mac"] = _mac(entry, self.key)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         data = (json.dumps(entry, default=str) + "\n").encode()
         # One write(2) of one whole line on an O_APPEND descriptor: parallel workers (threads, under the lock) and
@@ -121,12 +175,30 @@ class Ledger:
         return out
 
     def judged(self, op: str, sha256: str) -> dict | None:
-        """The latest judgement of this source on this device, unless it was accepted or passed the gate untimed
-        (see the module doc)."""
+        """The latest judgement of this source on this device when it answers the submission: a rejection, or a
+        benchmark it lost over this base under this policy. None for a win or an untimed acceptance (gated() may
+        reuse its gate) and for an acceptance over another base or policy (judged again)."""
         mine = [e for e in self.entries(op) if e["sha256"] == sha256]
         if not mine or mine[-1]["accepted"] or (mine[-1]["verdict"] == "accepted" and mine[-1]["speedup"] is None):
             return None
+        if mine[-1]["verdict"] == "accepted" and not self._same_judge(mine[-1]):
+            return None
         return mine[-1]
+
+    def _same_judge(self, e: dict) -> bool:
+        return (None not in (self.base, self.policy) and e.get("base") == self.base
+                and e.get("policy") == self.policy)
+
+    def gated(self, op: str, source: str) -> dict | None:
+        """The latest line of this source with the same base commit, device and policy digest as this session, when
+        its gate accepted the source (a win, or untimed) and its MAC under this user's key holds; else None."""
+        digest = hashlib.sha256(source.encode()).hexdigest()
+        mine = [e for e in self.entries(op) if e["sha256"] == digest and self._same_judge(e)]
+        e = mine[-1] if mine else None
+        if (e is None or self.key is None or e["verdict"] != "accepted" or not isinstance(e.get("gate"), dict)
+                or not (e["accepted"] or e["speedup"] is None)):
+            return None
+        return e if hmac.compare_digest(str(e.get("mac", "")), _mac(e, self.key)) else None
 
     def measured(self, op: str, sha256: str) -> dict | None:
         """The latest accepted line for this source on this device (its speedup then), or None."""

@@ -15,7 +15,8 @@ budgeted apart from submissions) is handled in check.py; submit_candidate goes t
 source was judged before: in this session or by another worker on the op (a duplicate) or, with a Ledger, in an
 earlier run on this device (ledger.py), or already delivered on a branch over the same base (Ledger.delivered: kept
 in Result.delivered, never gated or committed again). None is counted, and every new judgement is added to the
-ledger. With
+ledger. A source whose gate acceptance the ledger holds for this base, device and policy is benchmarked without
+gating it again (Session.judge; counted: it is this session's measurement). With
 agent.workers > 1 several Sessions share one evaluator (workers.py); `stop_early` ends this one when another wins.
 """
 from __future__ import annotations
@@ -208,7 +209,7 @@ class Session:
         if self.time_left_s() <= 0:
             return self.replies["out_of_time"]
         try:
-            feedback = self.evaluate(self.op, source, time_left_s=self.time_left_s())
+            feedback = self.judge(source)
         except Unbenched as e:  # the gate's verdict is kept, and benchmarked by `autokernel run --resume`
             self.candidates.append(Candidate(source, e.feedback))
             self.unbenched.append(self.candidates[-1])
@@ -224,6 +225,22 @@ class Session:
         if self.ledger:
             self.ledger.record(feedback, run=self.transcript.parent.name)
         return self.feedback(feedback)
+
+    def judge(self, source: str) -> Feedback:
+        """The evaluator's gate and bench; only the bench where the ledger holds this session's own kind of
+        acceptance of the source (Ledger.gated: same base, device and policy, signed) and the evaluator can bench
+        apart. The copy benchmarked is written where no candidate ran (<run>/ledger-<sha8>/)."""
+        gated = self.ledger.gated(self.op, source) if self.ledger else None
+        bench = getattr(self.evaluator, "bench", None)
+        if gated is None or not callable(bench):
+            return self.evaluate(self.op, source, time_left_s=self.time_left_s())
+        path = self.transcript.parent / f"ledger-{gated['sha256'][:8]}" / f"{self.op}.py"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(source)
+        g = gated["gate"]
+        fb = Feedback(self.op, gated["sha256"], "accepted", stages=list(g.get("stages") or []), path=str(path),
+                      seed=g.get("seed"), isolation=str(g.get("isolation") or ""), device=str(g.get("device") or ""))
+        return with_time_left(bench)(self.op, source, fb, time_left_s=self.time_left_s())
 
     def feedback(self, fb: Feedback) -> str:
         return feedback_text(fb, self.policy.max_iterations - len(self.candidates), max(0.0, self.time_left_s()))

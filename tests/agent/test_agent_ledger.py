@@ -2,11 +2,13 @@
 answered from the ledger and never evaluated again (not counted); a past win is evaluated again (the ledger is never
 evidence); the first user message shows the earlier runs; `autokernel ledger` prints it."""
 import json
+from dataclasses import replace
 
 import typer
 from agent_helpers import CHEAT, GOOD, ScriptedModel, StubEvaluator, turn
 from typer.testing import CliRunner
 
+from autokernel.agent.evaluate import Feedback, sha256
 from autokernel.agent.ledger import Ledger
 from autokernel.agent.loop import Session
 from autokernel.agent.prompt import build
@@ -64,3 +66,89 @@ def test_ledger_command_prints_this_checkouts_ledger(tmp_path):
     assert [x["verdict"] for x in rows] == ["rejected", "accepted"] and rows[1]["speedup"] == 1.25
     r = CliRunner().invoke(app, ["ledger", "--repo", str(tmp_path), "--op", "silu_mul"])
     assert r.exit_code == 0 and "no candidates for silu_mul" in r.output
+
+
+class StagedStub(StubEvaluator):
+    """StubEvaluator with the gate and the bench callable apart (as SandboxEvaluator): counts each."""
+
+    def __init__(self, won: bool = True):
+        super().__init__()
+        self.won, self.gates, self.benches = won, [], []
+
+    def evaluate(self, op, source):
+        return self.bench(op, source, self.gate(op, source))
+
+    def gate(self, op, source):
+        self.gates.append(source)
+        return Feedback(op, sha256(source), "accepted", stages=[{"name": "numeric", "passed": True}], seed=7,
+                        isolation="bwrap+cgroup", device="cpu-interpreter")
+
+    def bench(self, op, source, fb):
+        self.benches.append((source, fb))
+        s = 1.25 if self.won else 1.0
+        return replace(fb, accepted=self.won, speedup=s, speedup_ci=[s - 0.05, s + 0.05])
+
+
+def keyed(path, base="a" * 40, policy="p1", key=b"k" * 32):
+    return Ledger(path, device="cpu-test [abc]", base=base, policy=policy, key=key)
+
+
+def test_an_acceptance_is_reused_only_for_the_same_source_base_device_and_policy(tmp_path):
+    """Issue 23: a gate's acceptance (here it also won) is benchmarked again without a gate when the source, base
+    commit, device and policy digest all match; another base, policy or device gates it again."""
+    path = tmp_path / "ledger.jsonl"
+    session(tmp_path, "run1", [GOOD], StagedStub(), keyed(path))
+    same = StagedStub()
+    r, _, _ = session(tmp_path, "run2", [GOOD], same, keyed(path))
+    assert same.gates == [] and len(same.benches) == 1 and r.best is not None and r.submitted == 1
+    fb = same.benches[0][1]
+    assert fb.seed == 7 and fb.stages == [{"name": "numeric", "passed": True}]  # the gate's own record
+    assert fb.path.endswith(f"run2/ledger-{sha256(GOOD)[:8]}/rmsnorm.py")  # benched from a fresh copy
+    for other in (keyed(path, base="b" * 40), keyed(path, policy="p2"),
+                  Ledger(path, device="gpu [def]", base="a" * 40, policy="p1", key=b"k" * 32)):
+        ev = StagedStub()
+        session(tmp_path, "run3", [GOOD], ev, other)
+        assert ev.gates == [GOOD], other.base + str(other.policy) + other.device
+
+
+def test_a_lost_benchmark_is_an_answer_only_over_the_same_base_and_policy(tmp_path):
+    path = tmp_path / "ledger.jsonl"
+    session(tmp_path, "run1", [GOOD], StagedStub(won=False), keyed(path))
+    ev = StagedStub()
+    r, s, _ = session(tmp_path, "run2", [GOOD], ev, keyed(path))
+    assert ev.gates == ev.benches == [] and r.submitted == 0  # answered from the ledger
+    assert json.loads([m for m in s.messages if m["role"] == "tool"][0]["content"])["from_ledger"] is True
+    for other in (keyed(path, base="b" * 40), keyed(path, policy="p2")):
+        ev = StagedStub(won=False)
+        session(tmp_path, "run3", [GOOD], ev, other)
+        assert ev.gates == [GOOD]  # the incumbent or the judge changed: judged again
+
+
+def test_an_acceptance_without_this_users_mac_is_gated_again(tmp_path):
+    """The ledger is in the checkout (untrusted): a line written without this user's key, or edited, never skips
+    the gate."""
+    path = tmp_path / "ledger.jsonl"
+    session(tmp_path, "run1", [GOOD], StagedStub(), keyed(path, key=b"someone else's key"))
+    ev = StagedStub()
+    session(tmp_path, "run2", [GOOD], ev, keyed(path))
+    assert ev.gates == [GOOD]
+    path.unlink()
+    session(tmp_path, "run3", [GOOD], StagedStub(), keyed(path))
+    line = json.loads(path.read_text())
+    line["gate"]["seed"] = 8  # any edit breaks the MAC
+    path.write_text(json.dumps(line) + "\n")
+    ev = StagedStub()
+    session(tmp_path, "run4", [GOOD], ev, keyed(path))
+    assert ev.gates == [GOOD]
+
+
+def test_the_user_key_is_made_once_outside_the_checkout(tmp_path, monkeypatch):
+    from autokernel.agent.ledger import policy_digest, user_key
+    from autokernel.policy import Policy
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    k = user_key()
+    assert len(k) == 32 and user_key() == k
+    assert (tmp_path / "cache" / "autokernel" / "ledger.key").stat().st_mode & 0o777 == 0o600
+    p = Policy()
+    assert policy_digest(p) == policy_digest(Policy.model_validate({"agent": {"max_wall_s": 5}}))  # budgets: same
+    assert policy_digest(p) != policy_digest(Policy.model_validate({"e2e": {"kl_mean_max": 1e-2}}))

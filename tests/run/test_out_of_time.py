@@ -192,3 +192,26 @@ def test_a_gate_cut_by_the_clock_is_out_of_time_and_resume_tries_again(clone, tm
     assert r.exit_code == 0, r.output  # a new session: nothing was judged the first time
     assert clone.commit(today_branch("rmsnorm")).tree["kernels/rmsnorm.py"].data_stream.read().decode() == \
         source(clone)
+
+
+def test_a_new_run_benches_an_acceptance_from_the_ledger_and_another_policy_gates_it_again(clone, tmp_path, fakes,
+                                                                                           monkeypatch):
+    """Issue 23: a gate's acceptance that ran out of time is not gated from zero by the next night's run (not a
+    --resume): the same source over the same base, on this device, under the same policy is benchmarked and
+    committed; under another policy (a different e2e threshold) it is gated again."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # this user's ledger key
+    src, trace = source(clone), write_trace(tmp_path / "t")
+
+    def night(policy, *more):
+        ctx = ctx_for(clone, ScriptedModel([turn("", ("submit_candidate", {"source": src})), *more]), fakes, policy)
+        return run.pipeline(ctx, op="rmsnorm", resume=None, trace=trace)[1][0]
+
+    policy = Policy.model_validate({"agent": {"max_wall_s": 300}})
+    stricter = Policy.model_validate({"agent": {"max_wall_s": 300}, "e2e": {"kl_mean_max": 1e-4}})
+    assert night(policy).status == "out_of_time" and len(fakes["verify"]) == 1
+    assert night(stricter).status == "out_of_time" and len(fakes["verify"]) == 2  # another judge: gated again
+    o = night(policy, turn("", ("finish", {"summary": "done"})))
+    assert o.status == "committed" and len(fakes["verify"]) == 2  # not gated a third time
+    digest = hashlib.sha256(src.encode()).hexdigest()
+    assert fakes["bench"][0][0].parent.name == f"ledger-{digest[:8]}" and len(fakes["bench"]) == 2  # + confirm
+    assert clone.commit(today_branch("rmsnorm")).tree["kernels/rmsnorm.py"].data_stream.read().decode() == src
