@@ -295,7 +295,7 @@ def load(path: str | Path | None = None) -> Policy:
 # How a value is weaker than the default: "other" -- any other value; "higher" -- a larger number; a tuple -- the
 # values from weakest to strongest; "inside" -- a path, which from the checkout must name a regular file inside it
 # (it is made absolute, so it no longer depends on the current directory).
-GUARDED: dict[str, tuple[str | tuple[str, ...], str]] = {
+GUARDED: dict[str, tuple[str | tuple[str, ...] | tuple[bool, ...], str]] = {
     "agent.provider": ("other", "whose API key is used"),
     "agent.base_url": ("other", "where your API key and the prompts are sent"),
     "cluster.address": ("other", "where jobs and the checkout's kernels are sent and results come from"),

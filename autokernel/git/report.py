@@ -12,17 +12,27 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from autokernel.untrusted import fenced, inert, line
 
 MAX_RATIONALE_CHARS = 1500  # a summary a reviewer reads, not the session: the transcript stays in sandbox/
 
 
+class Measured(Protocol):
+    """What a report reads of autokernel.bench.measure.Measurement (declared here: git/ imports no stage package)."""
+    label: str
+    fingerprint: dict
+    policy: dict
+    files: list[Any]  # FileResults, the incumbent first: .speedup, .shapes (each .shape, .dtype, .calls, ...)
+    isolation: str
+
+
 @dataclass
 class Win:
     """One accepted, confirmed candidate and what is known about it (all trusted except `rationale`)."""
     op: str
-    measurement: object  # autokernel.bench.measure.Measurement (the confirming benchmark)
+    measurement: Measured  # autokernel.bench.measure.Measurement (the confirming benchmark)
     gate: dict  # {"seed", "isolation", "sha256", "stages": [{name, passed, reason, detail, elapsed_s, metrics}]}
     provenance: dict = field(default_factory=dict)  # agent, model, candidates, tokens, usd
     rationale: str = ""  # the model's own words (untrusted)
@@ -124,8 +134,9 @@ def body(w: Win, base: str) -> str:
     m, g, op = w.measurement, w.gate, w.op
     stages = ", ".join(f"{s['name']} ({s.get('elapsed_s', 0):.1f} s)" for s in g.get("stages", []))
     out = [f"**{impact(w)}**", ""] + perf_table(m, op)
+    reach = reach_line(g)
     out += ["", "End to end (teacher-forced KL vs the unmodified engine, then a greedy run):",
-            kl_line(g), *([reach_line(g)] if reach_line(g) else []), "",
+            kl_line(g), *([reach] if reach else []), "",
             f"Gate: passed {stages}; isolation {line(g.get('isolation') or 'unknown')}; "
             f"seed {g.get('seed')}; candidate sha256 {str(g.get('sha256', ''))[:16]}.",
             f"Benchmark isolation: {line(m.isolation or 'unknown')}.",

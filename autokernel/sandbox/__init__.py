@@ -206,7 +206,7 @@ def run(entry: Callable, payload: dict, job_dir: Path, limits: Sandbox, *, input
     A thread pinned to a slot (slots.pinned: a whole gate on one slot, autokernel/agent/workers.py) gets that slot's
     env under `env`.
     """
-    entry = entry_name(entry)
+    name = entry_name(entry)
     env = {**pinned_env(), **(env or {})}
     job_dir = Path(job_dir)
     job_dir.mkdir(parents=True, exist_ok=True)
@@ -225,7 +225,7 @@ def run(entry: Callable, payload: dict, job_dir: Path, limits: Sandbox, *, input
     scratch = None if plan.bwrap else Path(tempfile.mkdtemp(prefix=f"autokernel-job-{os.getpid()}-"))
     try:
         _write_inputs(in_dir, inputs or {})
-        return _execute(entry, payload, job_dir, limits, plan, in_dir, scratch,
+        return _execute(name, payload, job_dir, limits, plan, in_dir, scratch,
                         [Path(p).resolve() for p in pythonpath], [Path(p) for p in ro_paths], env, gpu)
     finally:
         for d in (in_dir, scratch):  # parent-created paths; rmtree never follows a symlink inside them
@@ -274,7 +274,9 @@ def kill_all() -> int:
     return len(live)
 
 
-def _execute(entry, payload, job_dir, limits, plan, in_dir, scratch, pythonpath, ro_paths, env, gpu):
+def _execute(entry: str, payload: dict, job_dir: Path, limits: Sandbox, plan: _Plan, in_dir: Path,
+             scratch: Path | None, pythonpath: list[Path], ro_paths: list[Path], env: dict[str, str],
+             gpu: bool) -> SandboxResult:
     """Start the job, feed it, wait for it (killed at the timeout) and judge how it ended (module docstring)."""
     scratch_path = bwrap.SCRATCH if plan.bwrap else str(scratch)
     child_env = bwrap.env(scratch_path, pythonpath, env)
@@ -326,7 +328,8 @@ def _supervise(proc: subprocess.Popen, rfd: int, msg: dict, limits: Sandbox,
     """Drain the result pipe and the job's output, feed it its message, and wait for it: killed (process group and
     cgroup) at the timeout; stragglers that left the process group die with the job. Returns (timed out, the result
     pipe's chunks, the output's tail)."""
-    log, chunks = LogTail(), []
+    log = LogTail()
+    chunks: list[bytes] = []
     readers = [threading.Thread(target=drain, args=(rfd, chunks), daemon=True),
                threading.Thread(target=log.drain, args=(proc.stdout,), daemon=True)]
     for t in readers:
@@ -415,9 +418,11 @@ def _harness_cmd(paths: list[Path]) -> list[str]:
 
 def _feed(proc: subprocess.Popen, msg: dict) -> None:
     import json
+    stdin = proc.stdin
+    assert stdin is not None  # Popen(stdin=PIPE)
     try:
-        proc.stdin.write(json.dumps(msg).encode())
-        proc.stdin.close()
+        stdin.write(json.dumps(msg).encode())
+        stdin.close()
     except (BrokenPipeError, OSError, ValueError):
         pass
 
