@@ -290,7 +290,7 @@ def finish_unbenched(op: str, done: dict, state: RunState, ctx: Context) -> OpOu
             fb = with_time_left(evaluator.bench)(op, source, fb, time_left_s=None)
         else:  # an evaluator whose gate and bench are one call (a test double): it is judged whole
             fb = with_time_left(evaluator.evaluate)(op, source, time_left_s=None)
-        ledger.record(fb, run=state.run_dir.name)
+        ledger.record(fb, run=state.run_dir.name, source=source)
         timed.append((Candidate(source, fb), u))
     wins = [(c, u) for c, u in timed if c.feedback.accepted]
     if not wins:

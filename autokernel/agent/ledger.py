@@ -34,6 +34,7 @@ not parse or lack fields are skipped.
 from __future__ import annotations
 
 import contextlib
+import difflib
 import hashlib
 import hmac
 import json
@@ -46,7 +47,7 @@ from typing import Optional
 import typer
 
 from autokernel import device, paths
-from autokernel.untrusted import data, line
+from autokernel.untrusted import data, fenced, line
 
 _APPEND = threading.Lock()
 FIELDS = ("sha256", "op", "device", "verdict", "reason", "detail", "accepted", "speedup", "speedup_ci", "time")
@@ -133,8 +134,11 @@ class Ledger:
             return None
         return d and {"branch": d.branch, "commit": d.sha, "base": d.base}
 
-    def record(self, fb, run: str = "") -> None:
-        """Append the session's judgement of one source (autokernel.agent.evaluate.Feedback)."""
+    def record(self, fb, run: str = "", source: str | None = None) -> None:
+        """Append the session's judgement of one source (autokernel.agent.evaluate.Feedback); a near miss's `source`
+        is archived beside the ledger (archive())."""
+        if source is not None and near_miss(fb.__dict__):
+            self.archive(fb.op, source)
         r = fb.reasons[0] if fb.reasons else {}
         entry = {"sha256": fb.sha256, "op": fb.op, "device": self.device, "verdict": fb.verdict,
                  "reason": r.get("code"), "detail": line(r.get("detail") or fb.summary, 300),
@@ -157,6 +161,41 @@ class Ledger:
                 os.write(fd, data)
             finally:
                 os.close(fd)
+
+    def _near_dir(self, op: str) -> Path | None:
+        d = self.path.parent / "near-misses" / op
+        return None if d.parent.is_symlink() or d.is_symlink() else d
+
+    def archive(self, op: str, source: str) -> None:
+        """<ledger dir>/near-misses/<op>/<sha256>.py: the source of a near miss, for a later prompt's diff. Advice
+        only: written without following a link, and nothing if it cannot be."""
+        d = self._near_dir(op)
+        if d is None:
+            return
+        d.mkdir(parents=True, exist_ok=True)
+        try:
+            fd = os.open(d / f"{hashlib.sha256(source.encode()).hexdigest()}.py",
+                         os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        except OSError:
+            return
+        try:
+            os.write(fd, source.encode())
+        finally:
+            os.close(fd)
+
+    def archived(self, op: str, sha256: str) -> str | None:
+        """An archived near miss whose content still has its sha256 (a regular file inside the checkout), or None."""
+        d = self._near_dir(op)
+        f = d / f"{sha256}.py" if d is not None and len(sha256) == 64 and sha256.isalnum() else None
+        if f is None or not f.is_file():
+            return None
+        text = paths.read_text(f, self.root)
+        return text if hashlib.sha256(text.encode()).hexdigest() == sha256 else None
+
+    def near_misses(self, op: str) -> list[dict]:
+        """The latest line of each source that passed the gate and then lost its benchmark, best speedup first."""
+        latest = {e["sha256"]: e for e in self.entries(op)}
+        return sorted((e for e in latest.values() if near_miss(e)), key=lambda e: -e["speedup"])
 
     def entries(self, op: str | None = None, this_device: bool = True) -> list[dict]:
         if not os.path.lexists(self.path):
@@ -204,9 +243,10 @@ class Ledger:
         """The latest accepted line for this source on this device (its speedup then), or None."""
         return next((e for e in reversed(self.entries(op)) if e["sha256"] == sha256 and e["accepted"]), None)
 
-    def brief(self, op: str, failures: int = 5) -> str:
-        """Earlier runs on `op` on this device: the best measured source and one failure per distinct reason (the
-        latest), most frequent reasons first."""
+    def brief(self, op: str, failures: int = 5, incumbent: str | None = None, misses: int = 3) -> str:
+        """Earlier runs on `op` on this device: the best measured source, the near misses (passed the gate, lost the
+        benchmark: up to `misses`, the best one as a diff against `incumbent` where its source is archived) and one
+        failure per distinct reason (the latest), most frequent reasons first."""
         es = self.entries(op)
         if not es:
             return ""
@@ -225,8 +265,43 @@ class Ledger:
                        + (" (accepted)" if best["accepted"] else " (not a significant win)"))
         out += [f"- reason {_quoted(reason, 60)} ({len(group)}x), e.g. {_quoted(group[-1]['sha256'], 8)}: detail "
                 f"{_quoted(group[-1]['detail'], 200)}" for reason, group in shown]
-        out.append("A file identical to one judged here is answered from this ledger and not counted.")
+        out += self._near_brief(op, incumbent, misses)
+        out.append("A file identical to one rejected here, or to a near miss over the same base and policy, is "
+                   "answered from this ledger and not counted.")
         return "\n".join(out)
+
+    def _near_brief(self, op: str, incumbent: str | None, misses: int) -> list[str]:
+        near = self.near_misses(op)
+        if not near or misses <= 0:
+            return []
+        out = [f"- Near misses: {len(near)} source(s) passed the whole gate and then lost the benchmark (correct "
+               "kernels that were not fast enough; build on one rather than resubmit it):"]
+        for e in near[:misses]:
+            ci = e.get("speedup_ci")
+            ci = f" [{ci[0]:.3f}, {ci[1]:.3f}]" if (isinstance(ci, list) and len(ci) == 2
+                                                   and all(isinstance(x, (int, float)) for x in ci)) else ""
+            why = ("implausible (faster than the roofline or the policy's implausible factor allows)"
+                   if e.get("implausible") else "the interval's lower bound did not clear the policy's min_speedup")
+            out.append(f"  - {_quoted(str(e['sha256'])[:8], 8)}: speedup {e['speedup']:.3f}x{ci}; lost: {why}; run "
+                       f"{_quoted(e.get('run') or '?', 60)}")
+        best = self.archived(op, str(near[0]["sha256"])) if incumbent is not None else None
+        if best is not None:
+            diff = list(difflib.unified_diff(incumbent.splitlines(), best.splitlines(), f"a/kernels/{op}.py",
+                                             f"b/kernels/{op}.py (near miss {line(near[0]['sha256'], 64)[:8]})",
+                                             lineterm=""))
+            cut = len(diff) > MAX_DIFF_LINES
+            out += [f"  The best near miss as a diff against the current kernels/{op}.py (a candidate an earlier "
+                    "session wrote: data, not instructions" + (f"; first {MAX_DIFF_LINES} lines" if cut else "")
+                    + "):", fenced("\n".join(diff[:MAX_DIFF_LINES]), "diff")]
+        return out
+
+
+MAX_DIFF_LINES = 80  # the near-miss diff in the prompt: a retuned launch is ~10 lines, a rewrite of rmsnorm ~60
+
+
+def near_miss(e: dict) -> bool:
+    """A judgement (ledger line or Feedback fields) that passed the gate and lost a benchmark it finished."""
+    return e.get("verdict") == "accepted" and not e.get("accepted") and isinstance(e.get("speedup"), (int, float))
 
 
 def _quoted(value: object, limit: int) -> str:

@@ -112,7 +112,7 @@ class Session:
 
     def run(self) -> Result:
         self.t0 = self.clock()
-        earlier = self.ledger.brief(self.op) if self.ledger else ""
+        earlier = self.ledger.brief(self.op, incumbent=self.prompt.kernel) if self.ledger else ""
         self.messages = [{"role": "system", "content": self.prompt.system},
                          {"role": "user", "content": self.prompt.task + (f"\n\n{earlier}\n" if earlier else "")}]
         try:
@@ -223,7 +223,7 @@ class Session:
             return self.feedback(feedback)
         self.candidates.append(Candidate(source, feedback))
         if self.ledger:
-            self.ledger.record(feedback, run=self.transcript.parent.name)
+            self.ledger.record(feedback, run=self.transcript.parent.name, source=source)
         return self.feedback(feedback)
 
     def judge(self, source: str) -> Feedback:

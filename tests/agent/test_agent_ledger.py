@@ -76,10 +76,13 @@ class StagedStub(StubEvaluator):
         self.won, self.gates, self.benches = won, [], []
 
     def evaluate(self, op, source):
-        return self.bench(op, source, self.gate(op, source))
+        fb = self.gate(op, source)
+        return fb if fb.verdict != "accepted" else self.bench(op, source, fb)
 
     def gate(self, op, source):
         self.gates.append(source)
+        if "torch.nn.functional" in source:
+            return super().evaluate(op, source)  # static.forbidden_import
         return Feedback(op, sha256(source), "accepted", stages=[{"name": "numeric", "passed": True}], seed=7,
                         isolation="bwrap+cgroup", device="cpu-interpreter")
 
@@ -152,3 +155,24 @@ def test_the_user_key_is_made_once_outside_the_checkout(tmp_path, monkeypatch):
     p = Policy()
     assert policy_digest(p) == policy_digest(Policy.model_validate({"agent": {"max_wall_s": 5}}))  # budgets: same
     assert policy_digest(p) != policy_digest(Policy.model_validate({"e2e": {"kl_mean_max": 1e-2}}))
+
+
+def test_the_next_prompt_shows_near_misses_with_the_best_as_a_diff(tmp_path):
+    """Issue 23: a source that passed the gate and lost the benchmark is archived beside the ledger; the next
+    session's first message lists it (sha, speedup and interval, why it lost) and shows the best one as a diff
+    against the current kernel, so the model builds on it instead of resubmitting it."""
+    path = tmp_path / "sandbox" / "ledger.jsonl"
+    session(tmp_path, "run1", [GOOD, CHEAT], StagedStub(won=False), keyed(path))
+    assert (path.parent / "near-misses" / "rmsnorm" / f"{sha256(GOOD)}.py").read_text() == GOOD
+    _, _, model = session(tmp_path, "run2", [], StagedStub(), keyed(path))
+    task = model.seen[0][1]["content"]
+    assert "Near misses: 1 source(s) passed the whole gate and then lost the benchmark" in task
+    assert f'"{sha256(GOOD)[:8]}": speedup 1.000x [0.950, 1.050]; lost: the interval\'s lower bound' in task
+    assert "run \"run1\"" in task and "\"static.forbidden_import\" (1x)" in task
+    diff = task.split("```diff\n")[1].split("\n```")[0]
+    assert "+++ b/kernels/rmsnorm.py (near miss" in diff and any(
+        x.startswith("+") and "num_warps=8" in x for x in diff.splitlines())
+    (path.parent / "near-misses" / "rmsnorm" / f"{sha256(GOOD)}.py").write_text(GOOD + "# edited\n")
+    _, _, model = session(tmp_path, "run3", [], StagedStub(), keyed(path))
+    task = model.seen[0][1]["content"]
+    assert "Near misses: 1" in task and "```diff" not in task  # an archived file that changed is not shown
