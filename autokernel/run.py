@@ -619,7 +619,7 @@ def nightly_cmd(
                 prs.append(pull_request(ctx, o, token, github_api))
             elif push:
                 delivery.push(ctx.layout.root, o.branch)
-    except BaseException as e:  # noqa: BLE001 -- reported in the artifacts, then raised on (the CLI's exit code)
+    except BaseException as e:  # reported in the artifacts, then raised on (the CLI's exit code)
         failure = e
         raise
     finally:

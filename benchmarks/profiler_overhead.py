@@ -17,13 +17,13 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import torch  # noqa: E402
+import torch
 
-import kernels  # noqa: E402,F401  sets TRITON_INTERPRET on CPU before triton is imported
-from autokernel import device  # noqa: E402
-from autokernel.engine import open_engine  # noqa: E402
-from autokernel.engine.generate import left_pad  # noqa: E402
-from autokernel.profile.recorder import Recorder  # noqa: E402
+import kernels  # noqa: F401  sets TRITON_INTERPRET on CPU before triton is imported
+from autokernel import device
+from autokernel.engine import open_engine
+from autokernel.engine.generate import left_pad
+from autokernel.profile.recorder import Recorder
 
 PROMPTS = ["Hi!", "What is the capital of France?", "Explain why the sky is blue.", "Write a haiku about rain."]
 

@@ -245,7 +245,7 @@ def _call(m, attempt: Callable[[float, _Deadline], dict], time_left_s: float | N
             raise OutOfTime(f"{m.provider}: no complete reply from {m.where} before the wall-clock budget ran out")
         try:
             return attempt(min(m.timeout_s, deadline.left()), deadline)
-        except Exception as e:  # noqa: BLE001 -- every failure is classified; none escapes unnamed
+        except Exception as e:  # every failure is classified; none escapes unnamed
             if deadline.passed():
                 raise OutOfTime(f"{m.provider}: {m.where} was still replying when the wall-clock budget ran "
                                 f"out") from e

@@ -134,7 +134,7 @@ def load(path: str | Path | None = None, weights: str = "quant", dtype: torch.dt
         raise UserError(f"{path}: no such model file")
     try:
         reader = gguf_file.read(path)  # not gguf.GGUFReader: seconds per open (autokernel/engine/gguf_file.py)
-    except Exception as e:  # ValueError, struct.error, a type the table lacks (KeyError/ValueError) on bad files
+    except Exception as e:  # noqa: BLE001 -- bad files: ValueError, struct.error, KeyError (a type the table lacks)
         raise UserError(f"{path}: not a readable GGUF file ({type(e).__name__}: {str(e)[:120]})") from None
     cfg = _config(reader, path)
     tensors: dict = {}

@@ -145,7 +145,7 @@ class Recorder:
                 small = min(spec.odd_shapes, key=spec.flops)
                 fn(**spec.make_inputs(small, getattr(torch, dtype), "cpu", torch.Generator().manual_seed(0)))
                 return
-            except Exception:  # a shape this launcher refuses: fall back to the real arguments
+            except Exception:  # noqa: BLE001 -- a shape this launcher refuses: fall back to the real arguments
                 pass
         fn(*args)
         if self.cuda:

@@ -174,7 +174,7 @@ class FakeAPI:
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
 
-            def do_POST(self):  # noqa: N802 (http.server's naming)
+            def do_POST(self):  # http.server's naming
                 n = int(self.headers.get("content-length") or 0)
                 raw_body = self.rfile.read(n)
                 with api._lock:
@@ -224,7 +224,7 @@ class FakeAPI:
                 self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
                 self.wfile.flush()
 
-            def do_GET(self):  # noqa: N802 -- both APIs list the models a key may use
+            def do_GET(self):  # both APIs list the models a key may use
                 api.requests.append(Request(self.path, {k.lower(): v for k, v in self.headers.items()}, {}))
                 if api.models_reply is not None:
                     return self.send(api.models_reply)

@@ -119,15 +119,15 @@ class FakeGitHub:
                 n = int(self.headers.get("Content-Length") or 0)
                 return json.loads(self.rfile.read(n) or b"{}")
 
-            def do_GET(self):  # noqa: N802
+            def do_GET(self):
                 gh.calls.append(("GET", self.path, None))
                 self.reply(gh.open)
 
-            def do_POST(self):  # noqa: N802
+            def do_POST(self):
                 gh.calls.append(("POST", self.path, self.body()))
                 self.reply({"html_url": "http://gh/acme/engine/pull/2", "number": 2}, 201)
 
-            def do_PATCH(self):  # noqa: N802
+            def do_PATCH(self):
                 gh.calls.append(("PATCH", self.path, self.body()))
                 self.reply({"html_url": "http://gh/acme/engine/pull/1", "number": 1})
 

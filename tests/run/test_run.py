@@ -92,7 +92,7 @@ def test_the_offline_search_skips_ops_it_cannot_retune(tmp_path):
     from autokernel.run import searchable
     root = tmp_path / "checkout"
     shutil.copytree(Path(__file__).parents[2] / "kernels", root / "kernels")
-    layout, out = paths.Layout(root), Console(file=open(tmp_path / "out.txt", "w"), width=200)  # noqa: SIM115
+    layout, out = paths.Layout(root), Console(file=open(tmp_path / "out.txt", "w"), width=200)
     assert not searchable("add_rmsnorm", "search", layout, out)
     assert searchable("attention_decode", "search", layout, out)  # BLOCK_N
     assert searchable("add_rmsnorm", "anthropic", layout, out)
