@@ -70,3 +70,14 @@ def test_a_session_that_won_nothing_reports_its_verdicts(tmp_path):
     assert o.tried == {"candidates": 2, "reasons": {"static.forbidden_call": 2}, "best_speedup": None}
     assert "- rmsnorm: 2 candidate(s) judged: static.forbidden_call x2; best speedup seen: none" in \
         run.nightly_report(state, [o])
+
+
+def test_the_end_to_end_tokens_per_second_ab_is_said_to_be_not_measured():
+    """Issue 23 asked for an engine tokens/s A/B where it fits the budget; autokernel runs none, and the body says so
+    with the reason for the device instead of leaving the reviewer to assume one was run."""
+    body = report.body(win(share=0.25), "0" * 40)
+    assert ("End-to-end tokens/s (the engine with vs without this kernel): **not measured**: under the CPU Triton "
+            "interpreter the engine's tokens/s measures the interpreter, not this kernel.") in body
+    m = measurement(speedup=5.1)
+    m.label = "CUDA events"
+    assert "where kernels compile autokernel does not run an engine A/B yet" in report.tokens_line(m)
