@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Optional
 
@@ -27,7 +28,8 @@ def profile_cmd(
                                                      "(default: policies.yaml target.weights)."),
     model: Optional[Path] = typer.Option(None, help="A llama-architecture GGUF; default: policies.yaml target.model, "
                                                     "else the embedded SmolLM2-135M."),
-    out: Path = typer.Option(Path("traces"), help="Where the run directory <run-id>/ is written."),
+    out: Optional[Path] = typer.Option(None, help="Where the run directory <run-id>/ is written (default: traces/; "
+                                                  "for a target, the checkout's traces/)."),
     py_spy: bool = typer.Option(False, "--py-spy", help="Also sample the engine's Python with py-spy."),
     timed_calls: Optional[int] = typer.Option(None, min=0, help="Timed calls per (op, shape); later ones run the "
                                                                 "reference and are charged the mean. 0: time every "
@@ -35,13 +37,25 @@ def profile_cmd(
                                                                 f"{CPU_TIMED_PER_SHAPE} on the CPU interpreter."),
     policy_file: Optional[Path] = typer.Option(None, "--policy", help="policies.yaml (default: the checkout's"
                                                                       ", under trust rule 6)."),
+    repo: Optional[Path] = typer.Option(None, help="A target checkout (autokernel.toml, docs/targets.md): run its "
+                                                   "engine's workload in the sandbox; default: the git work tree "
+                                                   "here when it has an autokernel.toml."),
 ):
-    """Replay a workload on the live engine under torch.profiler; write traces/<run-id>/ (summary.json, trace.json)."""
+    """Replay a workload on the live engine under torch.profiler; write traces/<run-id>/ (summary.json, trace.json).
+    For a target checkout (--repo): its engine's workload under the launch hook, mapped to the declared ops."""
     from autokernel.profile import profiler, rank, trace
+    root = _target_root(repo)
+    if root is not None:
+        given = [f for f, v in (("--workload", workload), ("--weights", weights), ("--model", model),
+                                ("--py-spy", py_spy), ("--timed-calls", timed_calls)) if v]
+        if given:
+            raise UserError(f"{given[0]} applies to the embedded engine; a target's workload is its engine's "
+                            f"workload() ({root / 'autokernel.toml'})")
+        return _profile_target(root, out, policy_file)
     pol = _policy(policy_file)
     run_dir = profiler.profile(
         workload_path=workload or pol.target.workload, kernels=kernels, weights=weights or pol.target.weights,
-        model_path=model or pol.target.model, out=out, py_spy=py_spy,
+        model_path=model or pol.target.model, out=out or Path("traces"), py_spy=py_spy,
         timed_per_shape=-1 if timed_calls is None else timed_calls)
     t = trace.load_trace(run_dir)
     print_rank(t, rank.rank(t, pol))
@@ -60,13 +74,22 @@ def rank_cmd(
     op: Optional[str] = typer.Option(None, help="Show one op's call sites and shape corpus."),
     policy_file: Optional[Path] = typer.Option(None, "--policy", help="policies.yaml (default: the checkout's"
                                                                       ", under trust rule 6)."),
+    repo: Optional[Path] = typer.Option(None, help="A target checkout (autokernel.toml): rank its declared ops "
+                                                   "from its latest traces/<run-id>/ (or TRACE); default: the git "
+                                                   "work tree here when it has an autokernel.toml."),
 ):
-    """Rank the trace's kernels by expected end-to-end gain (time share x headroom to the roofline)."""
+    """Rank the trace's kernels by expected end-to-end gain (time share x headroom to the roofline); a target's
+    declared ops by time share alone."""
     from autokernel import ops as opspecs
     from autokernel.profile import rank, trace
+    root = _target_root(repo)
+    if root is not None:
+        return _rank_target(root, trace_path, as_json, plot_file, op, policy_file)
+    t = trace.load_trace(trace_path if trace_path is not None else trace.latest())
+    if isinstance(t.get("target"), dict):  # a target's trace passed as TRACE
+        return _rank_target(Path(t["target"].get("root", ".")), trace_path, as_json, plot_file, op, policy_file)
     if op is not None and op not in opspecs.OPS:
         raise UserError(f"unknown op {op!r}; known ops: {', '.join(opspecs.OPS)}")
-    t = trace.load_trace(trace_path if trace_path is not None else trace.latest())
     if op is not None and op not in t["ops"]:
         raise UserError(f"op {op!r} was never called in {t['_path']}; called: {', '.join(t['ops'])}")
     pol = _policy(policy_file)
@@ -88,6 +111,41 @@ def rank_cmd(
         print_op(t, op)
     if plot_file is not None:
         typer.echo(f"plot: {plot_file}")
+
+
+def _target_root(repo: Optional[Path]) -> Optional[Path]:
+    """The target checkout: --repo PATH, else the git work tree here when it has an autokernel.toml and is not an
+    autokernel layout (kernels/<op>.py); None: the embedded engine."""
+    from autokernel import paths
+    from autokernel.target import declaration as decl
+    from autokernel.target.init_command import checkout_root
+    root = checkout_root(repo)
+    if repo is not None or (os.path.lexists(root / decl.NAME) and not paths.is_layout(root)):
+        return root
+    return None
+
+
+def _profile_target(root: Path, out: Optional[Path], policy_file: Optional[Path]) -> None:
+    from autokernel.profile import trace
+    from autokernel.target import profile_target, rank_target
+    run_dir, warnings = profile_target.profile(root, out, policy_file)
+    profile_target.echo_warnings(warnings)
+    t = trace.load_trace(run_dir)
+    rank_target.print_rank(t, rank_target.rank(t))
+    typer.echo(f"trace: {run_dir}/summary.json (no Chrome trace: the workload ran in the sandbox; its log: "
+               f"{t['files'].get('sandbox_log')})")
+
+
+def _rank_target(root: Path, trace_path: Optional[Path], as_json: bool, plot_file: Optional[Path],
+                 op: Optional[str], policy_file: Optional[Path]) -> None:
+    from autokernel import policy
+    from autokernel.target import rank_target
+    if plot_file is not None:
+        raise UserError("--plot draws the roofline of the embedded engine's ops; a target's ops have no FLOP/byte "
+                        "counts (drop --plot)")
+    t = rank_target.load(root, trace_path)
+    pol = policy.for_checkout(root, policy_file, uses=("ops",))
+    rank_target.show(t, rank_target.rank(t, pol), as_json, op)
 
 
 def _console():

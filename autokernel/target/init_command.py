@@ -136,7 +136,8 @@ def show(d: discover.Discovery) -> None:
     t = d.timings
     calls = sum(x.calls for x in d.launches)
     kernels = len({(x.kernel_file, x.kernel) for x in d.launches})
-    mode = "CPU interpreter: times are interpreter times" if d.interpreted else "compiled: host-side launch times"
+    mode = ("CPU interpreter: times are interpreter times" if d.interpreted
+            else "compiled: launch times between device synchronisations")
     typer.echo(f"ran {d.build} in the sandbox ({d.isolation}): build {t.get('build_s', 0):.1f} s, workload "
                f"{t.get('workload_s', 0):.1f} s, {calls} Triton launches of {kernels} kernel(s) ({mode})")
     total_s = sum(x.seconds for x in d.launches) or 1.0

@@ -7,8 +7,9 @@ The hook wraps the one method every launch goes through, `JITFunction.run` (comp
 `@triton.heuristics`. Per launch it records the kernel (name, file, line), its grid, its arguments (tensors:
 dtype, shape, strides; scalars: type and value) and the launch site: the nearest frame of the stack that is in a
 file of the checkout (the launcher: the Python function that called `kernel[grid]`, with its parameter names).
-Time is the launch's wall time: under the interpreter the kernel itself; where kernels compile, the host side only
-(an asynchronous launch), so no share is claimed there.
+Time is the launch's wall time: under the interpreter the kernel itself; where kernels compile, between a device
+synchronisation before and after the launch (`sync`, set by `discover`): the kernel's device time plus its launch
+overhead, so shares mean the same on both.
 """
 from __future__ import annotations
 
@@ -46,6 +47,7 @@ class LaunchHook:
         self.groups: dict[tuple, dict] = {}
         self.dropped = 0  # launches past MAX_GROUPS
         self.overhead_s = 0.0  # the hook's own time (stack walk, argument description), launches excluded
+        self.sync = None  # where kernels compile: torch.cuda.synchronize, so a launch's time includes the kernel's
         self._inside: dict[str, str | None] = {}
 
     def rel(self, filename: str) -> str | None:
@@ -75,8 +77,12 @@ class LaunchHook:
         def run_recorded(kernel, *args, grid, warmup, **kwargs):
             if not hook.active or warmup:
                 return run(kernel, *args, grid=grid, warmup=warmup, **kwargs)
+            if hook.sync is not None:
+                hook.sync()
             t0 = time.perf_counter()
             out = run(kernel, *args, grid=grid, warmup=warmup, **kwargs)
+            if hook.sync is not None:
+                hook.sync()
             t1 = time.perf_counter()
             hook.record(kernel, args, kwargs, grid, t1 - t0, sys._getframe(1))
             hook.overhead_s += time.perf_counter() - t1
@@ -266,6 +272,9 @@ def discover(payload: dict, inputs: Path) -> dict:
     root, build = payload["root"], payload["build"]
     hook = LaunchHook(root)
     hook.install()
+    if not interpreted:
+        import torch
+        hook.sync = torch.cuda.synchronize if torch.cuda.is_available() else None
     recorder = LauncherRecorder()
     module, _, fn = build.partition(":")
     t0 = time.perf_counter()
