@@ -13,7 +13,7 @@ return, kernel launches `kernel[grid](...)`, and `grid = lambda meta: (...)`. Ta
 from __future__ import annotations
 
 import ast
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Callable
 
 from autokernel.gate import allowlist as A
 from autokernel.gate.static_common import (
@@ -25,7 +25,23 @@ from autokernel.gate.static_common import (
     shadows,
     shape_special_cases,
 )
-from autokernel.gate.static_kinds import ANY, DT, DV, INFO, META, SH, TENSORISH, TS, TYPE, G, Kinds, S, T, is_launch
+from autokernel.gate.static_kinds import (
+    ANY,
+    DT,
+    DV,
+    INFO,
+    META,
+    SH,
+    TENSORISH,
+    TS,
+    TYPE,
+    G,
+    Kinds,
+    S,
+    T,
+    dispatch,
+    is_launch,
+)
 
 if TYPE_CHECKING:
     from autokernel.gate.static import Facts
@@ -113,55 +129,63 @@ class _Host(Kinds, BadStatement):
                 continue  # the docstring
             self.stmt(s)
 
-    def stmt(self, s: ast.stmt) -> None:  # noqa: C901 -- a dispatcher over statement kinds
-        if isinstance(s, ast.Assign):
-            if isinstance(s.value, ast.Lambda) and len(s.targets) == 1 and isinstance(s.targets[0], ast.Name):
-                self.bind(s.targets[0], self.grid_lambda(s.value), s)
-                return
-            kinds = self.expr(s.value)
-            for t in s.targets:
-                self.bind(t, kinds, s)
-        elif isinstance(s, ast.AugAssign):
-            if not isinstance(s.target, ast.Name):
-                self.bind(s.target, frozenset(), s)
-                return
-            self.bind(s.target, self.binop(s, self.expr(s.target), self.expr(s.value), s.op), s)
-        elif isinstance(s, ast.AnnAssign):
-            check_annotation(s.annotation, self.facts) if self.report else None
-            self.bind(s.target, self.expr(s.value) if s.value is not None else frozenset({ANY}), s)
-        elif isinstance(s, ast.Expr):
-            if is_launch(s.value, self.facts):
-                self.launch(s.value)
-            else:
-                self.expr(s.value)
-                self.add("static.forbidden_syntax", s, f"{ast.unparse(s)[:50]}: an expression statement that is "
-                                                       "not a kernel launch kernel[grid](...)")
-        elif isinstance(s, ast.If):
-            self.truth(s.test)
-            self.body(s.body)
-            self.body(s.orelse)
-        elif isinstance(s, ast.For):
-            it = self.expr(s.iter)
-            if it & TENSORISH:
-                self.add("static.forbidden_call", s, f"for ... in {ast.unparse(s.iter)[:40]}: a Python loop over "
-                                                     "tensor data; the kernel does the work")
-            self.bind(s.target, frozenset({S}) if it <= {SH, S, ANY} else it - {SH} | ({S} if SH in it else set()), s)
-            if s.orelse:
-                self.add("static.forbidden_syntax", s, "for ... else in the launcher")
-            self.body(s.body)
-        elif isinstance(s, ast.Assert):
-            self.truth(s.test)
-            if s.msg is not None:
-                self.expr(s.msg)
-        elif isinstance(s, ast.Return):
-            if s.value is not None:
-                self.expr(s.value)
-        elif isinstance(s, ast.Raise):
-            self.raise_(s)
-        elif isinstance(s, (ast.Pass, ast.Break, ast.Continue)):
-            pass
+    def stmt(self, s: ast.stmt) -> None:
+        """Check `s` with its node type's handler (STATEMENTS, below the class); any other statement is refused."""
+        dispatch(STATEMENTS, s, _Host.bad_stmt)(self, s)
+
+    # one handler per statement node type (and raise_ below) ----------------------------------------------------------
+    def assign(self, s: ast.Assign) -> None:
+        if isinstance(s.value, ast.Lambda) and len(s.targets) == 1 and isinstance(s.targets[0], ast.Name):
+            self.bind(s.targets[0], self.grid_lambda(s.value), s)
+            return
+        kinds = self.expr(s.value)
+        for t in s.targets:
+            self.bind(t, kinds, s)
+
+    def augassign(self, s: ast.AugAssign) -> None:
+        if not isinstance(s.target, ast.Name):
+            self.bind(s.target, frozenset(), s)
+            return
+        self.bind(s.target, self.binop(s, self.expr(s.target), self.expr(s.value), s.op), s)
+
+    def annassign(self, s: ast.AnnAssign) -> None:
+        check_annotation(s.annotation, self.facts) if self.report else None
+        self.bind(s.target, self.expr(s.value) if s.value is not None else frozenset({ANY}), s)
+
+    def expr_stmt(self, s: ast.Expr) -> None:
+        if is_launch(s.value, self.facts):
+            self.launch(s.value)
         else:
-            self.bad_stmt(s)
+            self.expr(s.value)
+            self.add("static.forbidden_syntax", s, f"{ast.unparse(s)[:50]}: an expression statement that is "
+                                                   "not a kernel launch kernel[grid](...)")
+
+    def if_(self, s: ast.If) -> None:
+        self.truth(s.test)
+        self.body(s.body)
+        self.body(s.orelse)
+
+    def for_(self, s: ast.For) -> None:
+        it = self.expr(s.iter)
+        if it & TENSORISH:
+            self.add("static.forbidden_call", s, f"for ... in {ast.unparse(s.iter)[:40]}: a Python loop over "
+                                                 "tensor data; the kernel does the work")
+        self.bind(s.target, frozenset({S}) if it <= {SH, S, ANY} else it - {SH} | ({S} if SH in it else set()), s)
+        if s.orelse:
+            self.add("static.forbidden_syntax", s, "for ... else in the launcher")
+        self.body(s.body)
+
+    def assert_(self, s: ast.Assert) -> None:
+        self.truth(s.test)
+        if s.msg is not None:
+            self.expr(s.msg)
+
+    def return_(self, s: ast.Return) -> None:
+        if s.value is not None:
+            self.expr(s.value)
+
+    def nothing(self, s: ast.stmt) -> None:
+        """pass, break, continue."""
 
     def reject(self, s: ast.stmt) -> None:
         kind = type(s).__name__
@@ -240,3 +264,12 @@ class _Host(Kinds, BadStatement):
         else:
             self.env[a.args[0].arg] = saved
         return frozenset({G})
+
+
+# The statement grammar, one row per statement a launcher may hold; any other is refused (_Host.reject, then what it
+# holds is still checked: static_common.BadStatement).
+STATEMENTS: dict[type, Callable[[_Host, Any], None]] = {
+    ast.Assign: _Host.assign, ast.AugAssign: _Host.augassign, ast.AnnAssign: _Host.annassign, ast.Expr: _Host.expr_stmt,
+    ast.If: _Host.if_, ast.For: _Host.for_, ast.Assert: _Host.assert_, ast.Return: _Host.return_,
+    ast.Raise: _Host.raise_, ast.Pass: _Host.nothing, ast.Break: _Host.nothing, ast.Continue: _Host.nothing,
+}

@@ -9,7 +9,7 @@ methods must be called where they are named.
 from __future__ import annotations
 
 import ast
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Callable, Mapping, TypeVar
 
 from autokernel.gate import allowlist as A
 from autokernel.gate.static_common import TYPE_NAMES, host_view_dtype, name_why, narrow, precision
@@ -24,6 +24,15 @@ ATTR_KINDS = {T: {"shape": SH, "dtype": DT, "device": DV, "ndim": S, "itemsize":
               DT: {a: S for a in A.DTYPE_ATTRS}, INFO: {a: S for a in A.INFO_ATTRS}}
 SCALAR_METHODS = {"stride", "size", "dim", "ndimension", "numel", "nelement", "element_size", "storage_offset",
                   "is_contiguous", "is_floating_point"}
+
+
+H = TypeVar("H")
+
+
+def dispatch(table: Mapping[type, H], node: ast.AST, default: H) -> H:
+    """The handler of `node`'s type in `table`: the first of its classes listed (as an isinstance chain would find
+    it), else `default`. The grammars' statement and expression tables."""
+    return next((table[c] for c in type(node).__mro__ if c in table), default)
 
 
 def is_launch(e: ast.AST, facts: Facts) -> bool:
@@ -48,58 +57,54 @@ class Kinds:
         if self.report and name not in self.facts.rejected:  # else its definition's finding says why
             self.facts.add(reason, node, detail)
 
-    def expr(self, e: ast.AST) -> frozenset:  # noqa: C901 -- a dispatcher over expression kinds
-        if isinstance(e, ast.Constant):
-            return frozenset({S})
-        if isinstance(e, ast.Name):
-            return self.name(e)
-        if isinstance(e, ast.Attribute):
-            return self.attribute(e)
-        if isinstance(e, ast.Call):
-            if is_launch(e, self.facts):
-                self.add("static.forbidden_syntax", e, "a kernel launch is a statement of its own")
-                self.launch(e)
-                return frozenset({ANY})
-            return self.call(e)
-        if isinstance(e, ast.BinOp):
-            return self.binop(e, self.expr(e.left), self.expr(e.right), e.op)
-        if isinstance(e, ast.UnaryOp):
-            k = self.expr(e.operand)
-            if k & TENSORISH:
-                self.add("static.forbidden_call", e, f"{ast.unparse(e)[:40]}: an operator on a tensor is torch "
-                                                     "compute outside the kernel")
-            return frozenset({S}) if isinstance(e.op, ast.Not) else k
-        if isinstance(e, ast.BoolOp):
-            out = frozenset()
-            for v in e.values:
-                self.truth(v)
-                out |= self.expr(v)
-            return out
-        if isinstance(e, ast.Compare):
-            return self.compare(e)
-        if isinstance(e, ast.IfExp):
-            self.truth(e.test)
-            return self.expr(e.body) | self.expr(e.orelse)
-        if isinstance(e, (ast.Tuple, ast.List)):
-            return self.sequence(e)
-        if isinstance(e, ast.Subscript):
-            return self.subscript(e)
-        if isinstance(e, ast.JoinedStr):
-            for v in e.values:
-                if isinstance(v, ast.FormattedValue):
-                    k = self.expr(v.value)
-                    if k & TENSORISH:
-                        self.add("static.forbidden_call", v, f"{{{ast.unparse(v.value)[:30]}}}: formatting a tensor "
-                                                             "reads its data on the host")
-                    if DV in k:
-                        self.add("static.forbidden_attribute", v, f"{{{ast.unparse(v.value)[:30]}}}: a device turned "
-                                                                  "into text (device fingerprinting)")
-                    if v.format_spec is not None:
-                        self.expr(v.format_spec)
-            return frozenset({S})
-        if isinstance(e, ast.Lambda):
-            self.add("static.forbidden_syntax", e, "a lambda that is not a launch grid (`grid = lambda meta: ...`)")
-            return frozenset({ANY})
+    def expr(self, e: ast.AST) -> frozenset:
+        """The kinds of `e`, checked by its node type's handler (EXPRESSIONS, below the class)."""
+        return dispatch(EXPRESSIONS, e, Kinds.other)(self, e)
+
+    # one handler per expression node type (the others: name, attribute, compare, sequence, subscript, call) ----------
+    def constant(self, e: ast.Constant) -> frozenset:
+        return frozenset({S})
+
+    def binop_expr(self, e: ast.BinOp) -> frozenset:
+        return self.binop(e, self.expr(e.left), self.expr(e.right), e.op)
+
+    def unaryop(self, e: ast.UnaryOp) -> frozenset:
+        k = self.expr(e.operand)
+        if k & TENSORISH:
+            self.add("static.forbidden_call", e, f"{ast.unparse(e)[:40]}: an operator on a tensor is torch "
+                                                 "compute outside the kernel")
+        return frozenset({S}) if isinstance(e.op, ast.Not) else k
+
+    def boolop(self, e: ast.BoolOp) -> frozenset:
+        out: frozenset = frozenset()
+        for v in e.values:
+            self.truth(v)
+            out |= self.expr(v)
+        return out
+
+    def ifexp(self, e: ast.IfExp) -> frozenset:
+        self.truth(e.test)
+        return self.expr(e.body) | self.expr(e.orelse)
+
+    def joinedstr(self, e: ast.JoinedStr) -> frozenset:
+        for v in e.values:
+            if isinstance(v, ast.FormattedValue):
+                k = self.expr(v.value)
+                if k & TENSORISH:
+                    self.add("static.forbidden_call", v, f"{{{ast.unparse(v.value)[:30]}}}: formatting a tensor "
+                                                         "reads its data on the host")
+                if DV in k:
+                    self.add("static.forbidden_attribute", v, f"{{{ast.unparse(v.value)[:30]}}}: a device turned "
+                                                              "into text (device fingerprinting)")
+                if v.format_spec is not None:
+                    self.expr(v.format_spec)
+        return frozenset({S})
+
+    def lambda_(self, e: ast.Lambda) -> frozenset:
+        self.add("static.forbidden_syntax", e, "a lambda that is not a launch grid (`grid = lambda meta: ...`)")
+        return frozenset({ANY})
+
+    def other(self, e: ast.AST) -> frozenset:
         self.add("static.forbidden_syntax", e, f"{type(e).__name__} ({ast.unparse(e)[:40]}): not part of a "
                                                "launcher (no comprehensions, walrus, dicts, sets, await, yield)")
         return frozenset({ANY})
@@ -251,6 +256,10 @@ class Kinds:
         return frozenset(out or {ANY})
 
     def call(self, c: ast.Call) -> frozenset:
+        if is_launch(c, self.facts):
+            self.add("static.forbidden_syntax", c, "a kernel launch is a statement of its own")
+            self.launch(c)
+            return frozenset({ANY})
         f = c.func
         args = [self.expr(a.value if isinstance(a, ast.Starred) else a) for a in c.args]
         kw = {k.arg: self.expr(k.value) for k in c.keywords}
@@ -337,3 +346,12 @@ class Kinds:
             why = "not allocation, a view or metadata; compute belongs in the Triton kernel"
         self.add("static.forbidden_call", c, f"{ast.unparse(c)[:50]}: .{m}() {why}")
         return frozenset({ANY})
+
+
+# The expression grammar, one row per node type a launcher may use; any other node is Kinds.other's finding.
+EXPRESSIONS: dict[type, Callable[[Kinds, Any], frozenset]] = {
+    ast.Constant: Kinds.constant, ast.Name: Kinds.name, ast.Attribute: Kinds.attribute, ast.Call: Kinds.call,
+    ast.BinOp: Kinds.binop_expr, ast.UnaryOp: Kinds.unaryop, ast.BoolOp: Kinds.boolop, ast.Compare: Kinds.compare,
+    ast.IfExp: Kinds.ifexp, ast.Tuple: Kinds.sequence, ast.List: Kinds.sequence, ast.Subscript: Kinds.subscript,
+    ast.JoinedStr: Kinds.joinedstr, ast.Lambda: Kinds.lambda_,
+}
