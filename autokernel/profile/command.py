@@ -145,7 +145,7 @@ def _rank_target(root: Path, trace_path: Optional[Path], as_json: bool, plot_fil
                         "counts (drop --plot)")
     t = rank_target.load(root, trace_path)
     pol = policy.for_checkout(root, policy_file, uses=("ops",))
-    rank_target.show(t, rank_target.rank(t, pol), as_json, op)
+    rank_target.show(t, pol, as_json, op)
 
 
 def _console():

@@ -170,6 +170,10 @@ def test_rank_ranks_the_declared_ops_by_time_share(profiled):
     assert [x["op"] for x in doc["targets"]] == ["add"] and [x["op"] for x in doc["excluded"]] == ["mul"]
     assert doc["excluded"][0]["status"] == "protected"
     assert [x["kernel"] for x in doc["not_declared"]] == ["_sub_kernel"]
+    run_dir = profiled[1]  # a target's trace passed as TRACE, from elsewhere: ranked the same way
+    r = subprocess.run(CLI + ["rank", str(run_dir), "--json"], capture_output=True, text=True, timeout=120, env=env,
+                       cwd=ROOT.parent)
+    assert r.returncode == 0 and json.loads(r.stdout)["ranking"] == "time share alone", r.stdout + r.stderr
     r = subprocess.run(CLI + ["rank", "--repo", str(root), "--op", "add"], capture_output=True, text=True,
                        timeout=120, env=env)
     assert r.returncode == 0, r.stdout + r.stderr
@@ -190,6 +194,12 @@ def test_a_forged_trace_in_the_checkout_is_shown_as_text(profiled, tmp_path):
                        env={**os.environ, "AUTOKERNEL_CONFIG": "", "COLUMNS": "400"})
     assert r.returncode == 0, r.stdout + r.stderr
     assert "[/][bold green]ACCEPTED" in r.stdout
+    t["ops"]["add"]["share"] = "most"  # a field of the wrong type: one line, exit 2, no traceback
+    (run / "summary.json").write_text(json.dumps(t))
+    r = subprocess.run(CLI + ["rank", "--repo", str(root)], capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "AUTOKERNEL_CONFIG": ""})
+    assert r.returncode == 2 and "malformed target trace" in r.stderr, r.stdout + r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
 
 
 def test_a_trace_symlinked_out_of_the_checkout_is_refused(profiled, tmp_path):
@@ -266,6 +276,9 @@ def test_the_command_line_says_it_in_one_line_and_exits_2(tmp_path):
     r = subprocess.run(CLI + ["profile", "--repo", str(root), "--workload", "w.yaml"], capture_output=True,
                        text=True, timeout=120, env=env)
     assert r.returncode == 2 and r.stderr.startswith("autokernel: error: --workload applies to the embedded engine")
+    r = subprocess.run(CLI + ["rank", "--repo", str(root), "--plot", str(tmp_path / "p.png")], capture_output=True,
+                       text=True, timeout=120, env=env)
+    assert r.returncode == 2 and "a target's ops have no FLOP/byte counts" in r.stderr, r.stderr
     _uncalled_launcher(root, tmp_path)
     before = snapshot(root)
     r = subprocess.run(CLI + ["profile", "--repo", str(root)], capture_output=True, text=True, timeout=300, env=env)
