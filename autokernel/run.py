@@ -202,7 +202,8 @@ def work_on(op: str, state: RunState, ctx: Context) -> OpOutcome:
         kept = [_keep_unbenched(op_dir, c, provenance, command.rationale(session, c.source))
                 for c in result.unbenched]
         return OpOutcome(op, "out_of_time", f"{len(kept)} candidate(s) passed the gate and were not benchmarked "
-                         f"({result.status}: {line(result.detail, 200)})", error=error, unbenched=kept)
+                         f"({result.status}: {line(result.detail, 200)})", error=error, unbenched=kept,
+                         tried=tried([c.feedback for c in session.candidates]))
     if result.error and result.best is None:
         return OpOutcome(op, "model_error", f"the model could not be used: {line(result.error, 300)}; "
                          f"{result.submitted} candidate(s) before it failed", error=error)
@@ -700,25 +701,25 @@ def nightly_report(state: RunState | None, outcomes: list[OpOutcome], error: str
         return "# autokernel nightly: already delivered\n\n" + fenced("\n".join(already)) + "\n"
     cut = [f"- {o.op}: {o.status}: " + (f"{len(o.unbenched)} candidate(s) passed the gate and were not "
                                         "benchmarked" if o.unbenched else inert(line(o.detail, 300)))
+           + (f"; in all {_tried_text(o.tried)}" if o.tried else "")
            for o in outcomes if o.status in ("out_of_time", "no_reply")]
     if cut:
         return ("# autokernel nightly: out of time\n\n" + fenced("\n".join(cut)) + f"\n\n`autokernel run --resume "
                 f"{state.run_dir}` benchmarks what passed the gate (and tries again an op where nothing was judged); "
                 "raise `agent.max_wall_s` if this happens every night.\n")
-    lines = []
-    for o in outcomes:
-        t = o.tried or {}
-        if not t:
-            lines.append(f"- {o.op}: {o.status}: {inert(line(o.detail, 300))}")
-            continue
-        reasons = ", ".join(f"{inert(line(k, 60))} x{n}" for k, n in (t.get("reasons") or {}).items())
-        best = t.get("best_speedup")
-        lines.append(f"- {o.op}: {t.get('candidates', 0)} candidate(s) judged{': ' + reasons if reasons else ''}; "
-                     + (f"best speedup seen {best:.3f}x" if isinstance(best, (int, float)) else
-                        "best speedup seen: none"))
+    lines = [f"- {o.op}: {_tried_text(o.tried)}" if o.tried else f"- {o.op}: {o.status}: {inert(line(o.detail, 300))}"
+             for o in outcomes]
     return ("# autokernel nightly: no improvement\n\nNo candidate both passed the gate and won the benchmark. "
             "What was tried (op: candidates judged, the verdict reason codes, the best weighted speedup measured):"
             "\n\n" + "\n".join(lines or ["- no op was tried"]) + "\n")
+
+
+def _tried_text(t: dict) -> str:
+    """'N candidate(s) judged: code xn, ...; best speedup seen X' (tried())."""
+    reasons = ", ".join(f"{inert(line(k, 60))} x{n}" for k, n in (t.get("reasons") or {}).items())
+    best = t.get("best_speedup")
+    return (f"{t.get('candidates', 0)} candidate(s) judged{': ' + reasons if reasons else ''}; "
+            + (f"best speedup seen {best:.3f}x" if isinstance(best, (int, float)) else "best speedup seen: none"))
 
 
 OUT_OF_TIME = 3  # the exit code of a run that left work for --resume (module doc)

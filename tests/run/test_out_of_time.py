@@ -97,6 +97,7 @@ def test_a_gate_pass_out_of_time_is_kept_and_resume_benches_it(clone, tmp_path, 
     done = json.loads((run_dir / "state.json").read_text())["done"]["rmsnorm"]
     assert done["status"] == "out_of_time" and done["unbenched"][0]["sha256"] == hashlib.sha256(
         src.encode()).hexdigest()
+    assert done["tried"] == {"candidates": 1, "reasons": {"bench.not_run": 1}, "best_speedup": None}
     (entry,) = Ledger.of(ctx.layout).entries("rmsnorm")  # the gate's verdict reached the ledger
     assert entry["verdict"] == "accepted" and entry["speedup"] is None and not entry["accepted"]
     assert Ledger.of(ctx.layout).judged("rmsnorm", entry["sha256"]) is None  # never answered as judged: it can win

@@ -81,3 +81,17 @@ def test_the_end_to_end_tokens_per_second_ab_is_said_to_be_not_measured():
     m = measurement(speedup=5.1)
     m.label = "CUDA events"
     assert "where kernels compile autokernel does not run an engine A/B yet" in report.tokens_line(m)
+
+
+def test_an_out_of_time_nightly_also_says_what_was_judged():
+    """The first real CPU nightly of the offline search judged one candidate (0.872x, no win) and kept a second
+    unbenched; its pr.md named only the second."""
+    state = run.RunState(Path("/r/sandbox/run-1"))
+    o = run.OpOutcome("attention_decode", "out_of_time", "1 candidate(s) passed the gate and were not benchmarked",
+                      unbenched=[{"sha256": "ab" * 32}],
+                      tried={"candidates": 2, "reasons": {"bench.no_win": 1, "bench.not_run": 1},
+                             "best_speedup": 0.872})
+    text = run.nightly_report(state, [o])
+    assert text.startswith("# autokernel nightly: out of time")
+    assert ("- attention_decode: out_of_time: 1 candidate(s) passed the gate and were not benchmarked; in all 2 "
+            "candidate(s) judged: bench.no_win x1, bench.not_run x1; best speedup seen 0.872x") in text
