@@ -55,6 +55,12 @@ def declared(root: Path) -> decl.Declaration:
                         "(docs/targets.md)")
     if not d.ops:
         raise UserError(f"{path}: declares no ops: run `autokernel init --repo {root}` to add them (docs/targets.md)")
+    seen: dict[str, str] = {}
+    for op in d.ops.values():
+        other = seen.setdefault(op.file, op.name)
+        if other != op.name:  # launches map to ops by the file that defines the kernel: one op per file
+            raise UserError(f"{path}: [ops.{other}] and [ops.{op.name}] both declare file = {op.file!r}; one op per "
+                            "kernel file: list both launchers in one op (docs/targets.md)")
     return d
 
 

@@ -236,6 +236,10 @@ def _no_engine(root, tmp_path):
     (root / decl.NAME).write_text(DECL.replace('[engine]\nbuild = "toy.engine:build"\n', ""))
 
 
+def _one_file_two_ops(root, tmp_path):
+    (root / decl.NAME).write_text(DECL + '[ops.add2]\nfile = "toy/ops/add.py"\nlaunchers = ["add_unused"]\n')
+
+
 def _traces_symlink(root, tmp_path):
     (tmp_path / "elsewhere").mkdir()
     (root / "traces").symlink_to(tmp_path / "elsewhere")
@@ -251,6 +255,8 @@ BAD = {  # case -> (set-up, what the one-line message must name, whether it ran 
     "no declaration": (_no_declaration, r"no declaration: run `autokernel init --repo .*` first", False),
     "no ops": (_no_ops, r"declares no ops: run `autokernel init --repo", False),
     "no engine": (_no_engine, r"no engine entry: write \[engine\] build", False),
+    "two ops, one file": (_one_file_two_ops, r"\[ops.add\] and \[ops.add2\] both declare file = 'toy/ops/add.py'; "
+                                             r"one op per kernel file", False),
     "traces/ is a symlink": (_traces_symlink, r"traces: refused: the checkout's traces/ is a symlink", False),
 }
 
