@@ -301,19 +301,11 @@ def _node_start() -> dict:
     return {"node": node, "pid": os.getpid(), "started": time.time(), "secrets_in_worker_env": seen}
 
 
-_swept = False
-
-
 def _node_tmp() -> Path:
     """A private temporary directory for one job, autokernel-cluster-<worker pid>-*. A worker killed mid-job never
     removes its own, so each worker process first removes those of workers that are gone (as sandbox.run does)."""
-    global _swept
-    if not _swept:
-        _swept = True
-        for d in Path(tempfile.gettempdir()).glob("autokernel-cluster-*-*"):
-            pid = d.name.split("-")[2]
-            if pid.isdigit() and not Path(f"/proc/{pid}").exists() and not d.is_symlink():
-                shutil.rmtree(d, ignore_errors=True)
+    from autokernel.sandbox.orphans import sweep_once
+    sweep_once("autokernel-cluster", [Path(tempfile.gettempdir())])
     return Path(tempfile.mkdtemp(prefix=f"autokernel-cluster-{os.getpid()}-"))
 
 

@@ -70,6 +70,7 @@ from autokernel.paths import INSTALLED, user_config
 from autokernel.sandbox import bwrap, seccomp
 from autokernel.sandbox.channel import LogTail, drain, parse_frame, wait_exit, write_log
 from autokernel.sandbox.limits import MB, Cgroup, preexec, process_limit
+from autokernel.sandbox.orphans import sweep_once
 
 if TYPE_CHECKING:  # the harness imports this package: keep pydantic out of its start-up
     from autokernel.policy import Sandbox
@@ -220,7 +221,9 @@ def run(entry: Callable, payload: dict, job_dir: Path, limits: Sandbox, *, input
                              isolation=plan.label())
     if plan.missing:
         _warn(plan.missing, limits)
-    _sweep_once()
+    tmp = [Path(tempfile.gettempdir())]  # what killed autokernel processes left there (autokernel.sandbox.orphans)
+    sweep_once("autokernel-in", tmp)
+    sweep_once("autokernel-job", tmp)
     in_dir = Path(tempfile.mkdtemp(prefix=f"autokernel-in-{os.getpid()}-"))
     scratch = None if plan.bwrap else Path(tempfile.mkdtemp(prefix=f"autokernel-job-{os.getpid()}-"))
     try:
@@ -233,22 +236,6 @@ def run(entry: Callable, payload: dict, job_dir: Path, limits: Sandbox, *, input
                 shutil.rmtree(d, ignore_errors=True)
         if plan.cgroup is not None:
             plan.cgroup.remove()
-
-
-_swept = False
-
-
-def _sweep_once() -> None:
-    """Remove the input and scratch dirs of autokernel processes that were killed before their cleanup ran (named
-    autokernel-{in,job}-<pid>-*; only those whose pid is gone), once per process."""
-    global _swept
-    if _swept:
-        return
-    _swept = True
-    for d in Path(tempfile.gettempdir()).glob("autokernel-[ij][no]*-*-*"):
-        pid = d.name.split("-")[2]
-        if pid.isdigit() and not Path(f"/proc/{pid}").exists() and not d.is_symlink():
-            shutil.rmtree(d, ignore_errors=True)
 
 
 def _command(plan: _Plan, in_dir: Path, pythonpath: list[Path], ro_paths: list[Path], gpu: bool,

@@ -16,7 +16,9 @@ import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterator
+
+from autokernel.sandbox.orphans import remove_cgroup, sweep_once
 
 if TYPE_CHECKING:
     from autokernel.policy import Sandbox
@@ -72,25 +74,11 @@ def _v2_dir(own: dict[str, str], wanted: tuple[str, ...]) -> Path | None:
     return None
 
 
-_swept = False
-
-
-def _sweep_once(own: dict[str, str]) -> None:
-    """Remove the empty cgroups of autokernel processes that died without cleaning up (once per process)."""
-    global _swept
-    if _swept:
-        return
-    _swept = True
-    parents = [d for c in ("pids", "memory") if (d := _v1_dir(c, own))]
-    parents += [CGROUP_ROOT / own.get("", "/").lstrip("/"), CGROUP_ROOT]
-    for parent in parents:
-        for d in parent.glob("autokernel-*-*"):
-            pid = d.name.split("-")[1]
-            if pid.isdigit() and not Path(f"/proc/{pid}").exists():
-                try:
-                    d.rmdir()
-                except OSError:
-                    pass
+def _parents(own: dict[str, str]) -> Iterator[Path]:
+    """Where job cgroups are made (v1 pids and memory, v2 under our own or the root), for the orphan sweep: a
+    generator, so that it is read only on the one sweep a process makes."""
+    yield from (d for c in ("pids", "memory") if (d := _v1_dir(c, own)))
+    yield from (CGROUP_ROOT / own.get("", "/").lstrip("/"), CGROUP_ROOT)
 
 
 @dataclass
@@ -103,7 +91,7 @@ class Cgroup:
     def create(cls, max_tasks: int, memory_bytes: int | None) -> "Cgroup | None":
         own = _own_cgroups()
         name = f"autokernel-{os.getpid()}-{next(_counter)}"
-        _sweep_once(own)
+        sweep_once("autokernel", _parents(own), remove_cgroup)  # empty cgroups of autokernel processes now gone
         cg = None
         try:
             pids = _v1_dir("pids", own)

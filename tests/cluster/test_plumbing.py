@@ -18,6 +18,7 @@ from autokernel.agent.evaluate import SandboxEvaluator
 from autokernel.bench.measure import FileResult, Measurement
 from autokernel.gate.verdict import StageResult, Verdict
 from autokernel.policy import Policy
+from autokernel.sandbox import orphans
 
 ROOT = Path(__file__).parents[2]
 
@@ -106,7 +107,7 @@ def test_secret_names_and_their_removal(monkeypatch):
 
 def test_a_killed_workers_job_directory_is_swept(monkeypatch, tmp_path):
     monkeypatch.setattr(cluster.tempfile, "gettempdir", lambda: str(tmp_path))
-    monkeypatch.setattr(cluster, "_swept", False)
+    monkeypatch.setattr(orphans, "_swept", set())  # as in a fresh worker process
     dead = tmp_path / "autokernel-cluster-999999999-abc"  # no such pid: its worker is gone
     live = tmp_path / f"autokernel-cluster-{os.getpid()}-def"
     dead.mkdir(), live.mkdir()
