@@ -73,7 +73,16 @@ class CallSpec(TypedDict):
     perm_key: int
 
 
-class NumericPayload(TypedDict):
+class TargetKernel(TypedDict):
+    """A target checkout's kernel file (autokernel/target/contract.py) instead of kernels/<op>.py."""
+    module: str  # the module the engine imports it as (llama_liger.ops.rope); the checkout is on the job's path
+    launcher: str  # the launcher the gate calls
+    outputs: list[int] | None  # which of its return values are compared (None: every tensor it returns)
+    written: list[str]  # tensor parameters the launcher writes in place in production (Liger's rope: q, k)
+    preload: list[str]  # the modules the incumbent file imports: imported before the first snapshot
+
+
+class NumericPayload(TypedDict, total=False):
     op: str
     candidate: str  # the candidate's file name in the job's read-only input directory (<op>.py)
     poison: dict[str, int]  # dtype name -> the bits of the poison NaN
@@ -82,6 +91,7 @@ class NumericPayload(TypedDict):
     soft_s: float  # 0: make every call; else start no call once this many seconds of calls have run (the parent
     # judges the cases whose calls all came back and runs the rest in later jobs)
     salt: int  # which autotune config runs for which key (autokernel/gate/coverage.py install_autotune)
+    target: TargetKernel  # absent for autokernel's own kernels
 
 
 class CallRecord(TypedDict):
@@ -144,13 +154,14 @@ def describe(e: BaseException) -> str:
 
 # --- the candidate ---------------------------------------------------------------------------------------------------
 
-def import_candidate(op: str, path: Path, watch=None, compile_source=None) -> types.ModuleType:
+def import_candidate(op: str, path: Path, watch=None, compile_source=None,
+                     module: str | None = None) -> types.ModuleType:
     """Execute the candidate file as `kernels.<op>` (autokernel.kernel_loader), inside `watch` (a context manager:
     the gate's aten guard); compile_source: the gate's coverage probes (kernel_loader.load_kernel). Whatever it
     raises is runtime.exception."""
     try:
         with watch if watch is not None else nullcontext():
-            return kernel_loader.load_kernel(op, path, compile_source)
+            return kernel_loader.load_kernel(op, path, compile_source, module)
     except BaseException as e:  # noqa: BLE001 -- SystemExit from a candidate is its failure, not the harness's
         raise Reject("runtime.exception", f"{describe(e)} (at import)") from None
 

@@ -41,7 +41,8 @@ def _package() -> types.ModuleType:
     return importlib.import_module(PACKAGE)  # the interpreter switch and the bf16 tl.dot fix, before any kernel
 
 
-def load_kernel(op: str, path: str | Path | None = None, compile_source=None) -> types.ModuleType:
+def load_kernel(op: str, path: str | Path | None = None, compile_source=None,
+                module: str | None = None) -> types.ModuleType:
     """The module `kernels.<op>`, executed from `path` (default: the package's own <op>.py).
 
     The repository's own file, when already loaded from that same file, is reused (what `import kernels.<op>` does);
@@ -49,7 +50,12 @@ def load_kernel(op: str, path: str | Path | None = None, compile_source=None) ->
     name is not <op>.py; whatever the file itself raises propagates (the caller judges it). compile_source:
     (source text, file name, the module's namespace) -> code object to execute instead of the file's plain
     compilation (the gate's coverage probes, autokernel/gate/coverage.py); the module is otherwise the same.
+    module: a target checkout's module name for the file (autokernel/target/contract.py: `llama_liger.ops.rope`
+    from llama_liger/ops/rope.py); the file must then be named as the module's last part, and the module is
+    executed under that name, its parent package imported first from the checkout, as the engine imports it.
     """
+    if module is not None:
+        return _load_foreign(module, Path(path), compile_source)
     package = _package()
     name = module_name(op)
     own = Path(package.__file__).resolve().parent / f"{op}.py"
@@ -74,6 +80,30 @@ def load_kernel(op: str, path: str | Path | None = None, compile_source=None) ->
         sys.modules.pop(name, None)
         raise
     setattr(package, op, module)  # as the import system does for a submodule
+    return module
+
+
+def _load_foreign(name: str, path: Path, compile_source) -> types.ModuleType:
+    parent, _, leaf = name.rpartition(".")
+    if path.name != f"{leaf}.py":
+        raise KernelLoadError(f"{path}: a kernel for module {name!r} must be loaded from a file named {leaf}.py")
+    package = importlib.import_module(parent) if parent else None
+    spec = importlib.util.spec_from_file_location(name, path.resolve())
+    if spec is None or spec.loader is None:
+        raise KernelLoadError(f"{path}: cannot be loaded as a Python module")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        if compile_source is None:
+            spec.loader.exec_module(module)
+        else:
+            source = importlib.util.decode_source(path.read_bytes())
+            exec(compile_source(source, str(path), vars(module)), vars(module))
+    except BaseException:
+        sys.modules.pop(name, None)
+        raise
+    if package is not None:
+        setattr(package, leaf, module)
     return module
 
 

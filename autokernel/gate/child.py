@@ -274,9 +274,12 @@ def _refill(a: dict, b: dict) -> dict:
 # --- one call ---------------------------------------------------------------------------------------------------------
 
 def _call(launcher, kwargs: dict, guard: Guard, hook: LaunchHook, where: str, kept: list[torch.Tensor],
-          input_fences: list = ()) -> list:
-    """Make one call under the guard; its outputs, or Reject at the first thing only this process can see."""
-    inputs = _tensors(kwargs)
+          input_fences: list = (), target: dict | None = None) -> list:
+    """Make one call under the guard; its outputs, or Reject at the first thing only this process can see.
+    target (harness.TargetKernel): which return values are the outputs, and which inputs the launcher writes in
+    place (outputs may share their storage; they are not held unchanged)."""
+    written = set((target or {}).get("written") or ())
+    inputs = {k: v for k, v in _tensors(kwargs).items() if k not in written}
     pristine = {k: _storage_bytes(v).clone() for k, v in inputs.items()}
     guard.violation, hook.count = None, 0
     guard.fences = []
@@ -297,16 +300,33 @@ def _call(launcher, kwargs: dict, guard: Guard, hook: LaunchHook, where: str, ke
             raise Reject("runtime.out_of_bounds", f"the call wrote outside the memory of {what} (the guard bytes "
                                                   f"around it changed) ({where})")
     guard.fences = []
-    outs = list(res) if isinstance(res, (tuple, list)) else [res]
-    _check_outputs(outs, inputs, kept, where)
+    outs = _selected(res, target, where)
+    _check_outputs(outs, inputs, kept, where, {k: v for k, v in _tensors(kwargs).items() if k in written})
     for k, v in inputs.items():
         if not _equal(_storage_bytes(v), pristine[k]):
             raise Reject("numeric.input_mutated", f"input {k} (or memory sharing its storage) changed ({where})")
     return outs
 
 
-def _check_outputs(outs: list, inputs: dict[str, torch.Tensor], kept: list[torch.Tensor], where: str) -> None:
-    """Plain tensors on the inputs' device, sharing no storage with an input or a recent call's output."""
+def _selected(res, target: dict | None, where: str) -> list:
+    """The call's outputs: what it returned, or for a target's launcher the declared return values (default every
+    tensor it returned: Liger's launchers also return block sizes and views of their inputs)."""
+    outs = list(res) if isinstance(res, (tuple, list)) else [res]
+    if target is None:
+        return outs
+    pick = target.get("outputs")
+    if pick is None:
+        return [o for o in outs if isinstance(o, torch.Tensor)]
+    if max(pick) >= len(outs):
+        raise Reject("numeric.bad_output", f"returned {len(outs)} value(s); the declaration compares return value "
+                                           f"{max(pick)} ({where})")
+    return [outs[i] for i in pick]
+
+
+def _check_outputs(outs: list, inputs: dict[str, torch.Tensor], kept: list[torch.Tensor], where: str,
+                   written: dict[str, torch.Tensor] | None = None) -> None:
+    """Plain tensors on the inputs' device, sharing no storage with an input or a recent call's output (an output
+    inside an input the launcher writes in place, `written`, is that input: it may share only its storage)."""
     for i, o in enumerate(outs):
         if type(o) is not torch.Tensor:
             raise Reject("numeric.bad_output", f"output {i} is a {type(o).__module__}.{type(o).__qualname__}, "
@@ -321,6 +341,8 @@ def _check_outputs(outs: list, inputs: dict[str, torch.Tensor], kept: list[torch
         for k, v in inputs.items():
             if _overlaps(_span(o), _span(v)):
                 raise Reject("numeric.aliasing", f"output {i} shares storage with input {k} ({where})")
+        if any(o.untyped_storage().data_ptr() == w.untyped_storage().data_ptr() for w in (written or {}).values()):
+            continue  # the written input itself, re-used by every call on it
         for old in kept:
             if _overlaps(_span(o), _span(old)):
                 raise Reject("numeric.aliasing", f"output {i} reuses the storage of an earlier call's output "
@@ -348,9 +370,14 @@ def numeric(payload: NumericPayload, inputs) -> NumericReport:
     its id, launches of the candidate's kernels, aten ops seen, seconds, and the torch.save bytes of its outputs as
     the call returned them; the first failure seen here, if any, as data. The parent judges everything
     (autokernel.sandbox: results travel through the pipe, never through files)."""
-    job, op = Path(inputs), payload["op"]
-    module_name = kernel_loader.module_name(op)  # kernels.<op>, as the engine loads it (autokernel.kernel_loader)
+    job, op, target = Path(inputs), payload["op"], payload.get("target")
+    # kernels.<op>, as the engine loads it (autokernel.kernel_loader); a target's kernel: its module in the checkout
+    module_name = target["module"] if target else kernel_loader.module_name(op)
     kernel_loader.neutral_process()
+    if target:
+        from autokernel.target import interp
+        interp.install()  # third-party Triton under the CPU interpreter (before the checkout's modules bind names)
+        _preload(target.get("preload") or ())
     guard = Guard(payload["poison"])
     hook = LaunchHook(module_name, guard)
     hook.install()
@@ -362,9 +389,9 @@ def numeric(payload: NumericPayload, inputs) -> NumericReport:
     report: NumericReport = {"failure": None, "calls": [], "ops": {}, "coverage": recorder.seen}
     try:
         before = harness.Snapshot(module_name, STRICT)
-        launcher, after_import = _load(op, path, guard, before, coverage_probe.compile_instrumented(recorder))
+        launcher, after_import = _load(op, path, guard, before, coverage_probe.compile_instrumented(recorder), target)
         t0 = _perf()
-        report["stopped"] = _run_calls(launcher, payload, job, guard, hook, report["calls"])
+        report["stopped"] = _run_calls(launcher, payload, job, guard, hook, report["calls"], target)
         report["candidate_s"] = _perf() - t0
         changed = after_import.diff(after_import.again())
         if changed:
@@ -375,10 +402,22 @@ def numeric(payload: NumericPayload, inputs) -> NumericReport:
     return report
 
 
-def _load(op: str, path: Path, guard: Guard, before: harness.Snapshot, compile_source=None):
+def _preload(modules) -> None:
+    """Import what the incumbent imports before the first snapshot (autokernel/target/contract.py, imported): what
+    the checkout's libraries change when imported is theirs, not the candidate's. One that fails to import is left
+    for the candidate's own import to fail on."""
+    import importlib
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001 -- reported by the candidate's import, as runtime.exception
+            continue
+
+
+def _load(op: str, path: Path, guard: Guard, before: harness.Snapshot, compile_source=None, target=None):
     """The candidate's launcher and the snapshot after its import; Reject for what its import did."""
     try:
-        module = harness.import_candidate(op, path, guard, compile_source)
+        module = harness.import_candidate(op, path, guard, compile_source, target and target["module"])
     except Reject:
         if guard.violation:
             raise guard.reject("at import") from None
@@ -389,11 +428,11 @@ def _load(op: str, path: Path, guard: Guard, before: harness.Snapshot, compile_s
     changed = before.diff(after)
     if changed:
         raise Reject(changed.reason, changed.detail + " (at import)")
-    return harness.launcher(module, op), after
+    return harness.launcher(module, target["launcher"] if target else op), after
 
 
 def _run_calls(launcher, payload: NumericPayload, job: Path, guard: Guard, hook: LaunchHook,
-               records: list[CallRecord]) -> bool:
+               records: list[CallRecord], target=None) -> bool:
     """Make the parent's calls in its order, a record per call; a Reject names the case of the call that raised it.
     True if the payload's soft deadline stopped them before the last: past soft_s seconds of calls, once at least
     one case has had all its calls (so every job makes progress)."""
@@ -408,10 +447,11 @@ def _run_calls(launcher, payload: NumericPayload, job: Path, guard: Guard, hook:
         if soft_s and whole and _perf() - t0 > soft_s:
             return True
         cid = call["case"]
-        st = state.get(cid) or state.setdefault(cid, _CaseState(job, payload["cases"][cid]))
+        st = state.get(cid) or state.setdefault(cid, _CaseState(job, payload["cases"][cid],
+                                                                 (target or {}).get("written") or ()))
         try:
             outs, record = _one_call(launcher, st.args(call["mode"], call["values"]), call, guard, hook, kept,
-                                     st.fences)
+                                     st.fences, target)
         except Reject as r:
             r.case = cid
             raise
@@ -423,12 +463,12 @@ def _run_calls(launcher, payload: NumericPayload, job: Path, guard: Guard, hook:
 
 
 def _one_call(launcher, args: dict, call: CallSpec, guard: Guard, hook: LaunchHook,
-              kept: list[torch.Tensor], input_fences: list = ()) -> tuple[list, CallRecord]:
+              kept: list[torch.Tensor], input_fences: list = (), target=None) -> tuple[list, CallRecord]:
     where = f"call {call['id']} ({call['mode']} {call['values']}, programs {call['order']}), case {call['case']}"
     hook.order.set(call["order"], call["perm_key"])
     ops_before = dict(guard.ops)
     t_call = _perf()
-    outs = _call(launcher, args, guard, hook, where, kept, input_fences)
+    outs = _call(launcher, args, guard, hook, where, kept, input_fences, target)
     seconds = _perf() - t_call
     hook.order.set("asc", 0)
     snap = _BytesIO()  # the values as the call returned them, not as a later thread leaves them
@@ -443,10 +483,11 @@ class _CaseState:
     (a, b, t) are loaded from the input directory; a copy is a second load of a (new tensors at new addresses, the
     same values and layout, views included)."""
 
-    def __init__(self, job: Path, files: dict[str, str]):
-        self.job, self.files = job, files
+    def __init__(self, job: Path, files: dict[str, str], written=()):
+        self.job, self.files, self.written = job, files, tuple(written)
         self.fences: list = []  # every loaded input storage's guard bytes (checked after each of the case's calls)
         self.a = self.current = self.load("a")
+        self.values = "a"  # the value set A holds (what a written input is restored to before a repeat)
 
     def load(self, values: str) -> dict:
         """The value set's tensors, each storage moved between guard bytes (views keep sharing theirs)."""
@@ -459,4 +500,10 @@ class _CaseState:
             return self.load("a")
         if mode == "refill":  # new values written into A's own storages: same objects, addresses, ids
             self.current = _refill(self.a, self.load(values))
+            self.values = values
+        elif mode == "repeat" and self.written:  # an input the launcher writes in place holds its values again
+            fresh = self.load(self.values)
+            for k in self.written:
+                if isinstance(self.current.get(k), torch.Tensor):
+                    self.current[k].copy_(fresh[k])
         return self.current  # fresh: A as loaded; repeat: A as it stands

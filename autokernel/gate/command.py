@@ -19,13 +19,17 @@ def _traced_shapes(trace: Path, op: str) -> list[dict[str, int]]:
 
 
 def verify_command(op: str, candidate: Path, trace: Path | None = None, seed: int | None = None,
-                   as_json: bool = False, cluster: str | None = None, policy_file: Path | None = None) -> int:
+                   as_json: bool = False, cluster: str | None = None, policy_file: Path | None = None,
+                   repo: Path | None = None) -> int:
     """Run the gate on one candidate and print the verdict; returns the exit code (0 accepted, 1 rejected, 2 bad
     input). `cluster`: a Ray address to run the job on (autokernel/cluster.py; RAY_ADDRESS too), else this machine.
     The checkout is the one verify runs in (autokernel.paths): its policy (policy.for_checkout, or `policy_file`),
     its kernels/<op>.py's launcher signature (a regular file inside it that parses, else exit 2), its sandbox/ for
-    the run directory (the user's cache directory when there is no checkout here)."""
+    the run directory (the user's cache directory when there is no checkout here). `repo`: a target checkout with an
+    autokernel.toml (docs/targets.md): OP is one of its declared ops (autokernel/target/gate.py)."""
     from autokernel.ops import OPS
+    if repo is not None:
+        return _verify_target(Path(repo), op, Path(candidate), seed, as_json, policy_file)
     try:
         if op not in OPS:
             raise UserError(f"unknown op '{op}'; known ops: {', '.join(OPS)}")
@@ -45,6 +49,25 @@ def verify_command(op: str, candidate: Path, trace: Path | None = None, seed: in
         from autokernel.cluster import executor
         verify = executor(cluster, policy).verify  # gate.verify itself, or the same run as a Ray task
         v = verify(op, candidate, shapes=shapes, seed=seed, policy=policy, kernels_dir=kernels_dir)
+    except (OSError, UserError) as e:
+        return _error(op, candidate, e, as_json)
+    if as_json:
+        print(v.to_json())
+    else:
+        show(v)
+    return 0 if v.accepted else 1
+
+
+def _verify_target(repo: Path, op: str, candidate: Path, seed, as_json: bool, policy_file) -> int:
+    from autokernel import policy as policy_mod
+    from autokernel.target import gate
+    from autokernel.target.init_command import checkout_root
+    try:
+        if not candidate.is_file():
+            raise UserError(f"{candidate}: no such candidate file")
+        root = checkout_root(repo)
+        policy = policy_mod.for_checkout(root, policy_file, uses=policy_mod.RUNS_CODE)
+        v = gate.verify(root, op, candidate, policy=policy, seed=seed)
     except (OSError, UserError) as e:
         return _error(op, candidate, e, as_json)
     if as_json:
@@ -106,6 +129,8 @@ def register(app) -> None:
                                                       ),
                 policy_file: Optional[Path] = typer.Option(None, "--policy", help="policies.yaml to use instead of "
                                                            "the checkout's (trusted: your own choice)."),
+                repo: Optional[Path] = typer.Option(None, help="A target checkout with an autokernel.toml: OP is one "
+                                                               "of its declared ops (docs/targets.md)."),
                 ) -> None:
         """Run the gate (static, runtime, numeric, ...) on a candidate kernel. Exit 0 accepted, 1 rejected."""
-        sys.exit(verify_command(op, candidate, trace, seed, json_out, cluster, policy_file))
+        sys.exit(verify_command(op, candidate, trace, seed, json_out, cluster, policy_file, repo))

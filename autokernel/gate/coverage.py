@@ -373,6 +373,30 @@ def sites(source: str | bytes) -> dict[str, Site]:
     return {**instrument(tree, text)[1], **autotune_sites(tree)}
 
 
+def incumbents(known: dict[str, Site], source: str | bytes, incumbent: str | bytes) -> set[str]:
+    """The keys of sites that are the incumbent's own code: the smallest statement holding the site is, verbatim (as
+    an AST), a statement of the incumbent file. For a target checkout's op (autokernel/target/contract.py): a branch
+    no input can reach on this machine (a GPU architecture test, a backward kernel the declared launcher never
+    calls) is no proof obligation while it is what production already runs; a changed one is (a candidate changes
+    only what the gate can run). The verdict counts those left unreached (numeric, metric incumbent_unreached)."""
+    def text(x):
+        return x.decode("utf-8", "replace") if isinstance(x, bytes) else x
+    theirs = {ast.dump(n) for n in ast.walk(ast.parse(text(incumbent))) if isinstance(n, ast.stmt)}
+    spans = sorted(((n.lineno, n.col_offset, n.end_lineno or n.lineno, n.end_col_offset or 0), n)
+                   for n in ast.walk(ast.parse(text(source))) if isinstance(n, ast.stmt))
+    out = set()
+    for key, site in known.items():
+        line, col = (int(x) for x in key.split(":")[:2]) if key.count(":") >= 2 and \
+            key.split(":")[0].isdigit() and key.split(":")[1].isdigit() else (site.line, 0)
+        inner = None
+        for (l0, c0, l1, c1), n in spans:
+            if (l0, c0) <= (line, col) <= (l1, c1) and (inner is None or (l0, c0) >= inner[0]):
+                inner = ((l0, c0), n)
+        if inner is not None and ast.dump(inner[1]) in theirs:
+            out.add(key)
+    return out
+
+
 # --- judging (parent) -------------------------------------------------------------------------------------------------
 
 def merge(into: dict[str, int], seen: object, known: dict[str, Site]) -> None:

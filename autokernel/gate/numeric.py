@@ -70,6 +70,15 @@ def plan(spec: OpSpec, shapes: list[dict] | None, dtypes: list[torch.dtype] | No
     return schedule.plan(spec, shapes, dtypes, dists, DISTS, seed, max_rows, thresholds)
 
 
+def _constrained(spec: OpSpec, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """A value set made valid again after elementwise mixing or tweaking: a target's declared input rules
+    (spec.extra['constrain'], autokernel/target/contract.py), e.g. rope's cos as two equal halves."""
+    fix = spec.extra.get("constrain")
+    if fix is not None:
+        fix(kwargs)
+    return kwargs
+
+
 def _inputs(spec: OpSpec, shape: dict, dtype: torch.dtype, dist: str, seed: int, dev: str) -> dict[str, Any]:
     if dist != "mixed":
         return spec.make_inputs(shape, dtype, dev, torch.Generator().manual_seed(seed), dist)
@@ -84,7 +93,7 @@ def _inputs(spec: OpSpec, shape: dict, dtype: torch.dtype, dist: str, seed: int,
             for i, p in enumerate(parts[1:], start=1):
                 mixed = torch.where(which == i, p[k], mixed)
             v.copy_(mixed)  # in place: a strided view keeps its layout
-    return base
+    return _constrained(spec, base)
 
 
 def make_case(spec: OpSpec, index: int, planned_case, seed: int) -> Case:
@@ -95,7 +104,7 @@ def make_case(spec: OpSpec, index: int, planned_case, seed: int) -> Case:
     used = {v for _, v in steps}
     a = _inputs(spec, shape, dtype, dist, _derive(seed, index, "a"), dev)
     b = _inputs(spec, shape, dtype, dist, _derive(seed, index, "b"), dev) if used & {"b", "t"} else None
-    t = schedule.tweak(a, b, _derive(seed, index, "t")) if "t" in used else None
+    t = _constrained(spec, schedule.tweak(a, b, _derive(seed, index, "t"))) if "t" in used else None
     return Case(cid, shape, dtype, dist, calls, a, b, t, steps)
 
 
@@ -157,6 +166,7 @@ class _Runner:
         self.sites: dict[str, coverage.Site] = {}  # the candidate's coverage sites (set by run when required)
         self.seen: dict[str, int] = {}  # what every job's probes saw, OR-ed (autokernel/gate/coverage.py)
         self.steered = 0  # extra cases the coverage steering ran
+        self.exempt: dict[str, coverage.Site] = {}  # a target's sites that are its incumbent's code
 
     def chunk(self, chunk: list[Case], est_s: float = 0.0, job: int | None = None, soft_s: float = 0.0,
               groups: tuple[int, ...] = ()) -> list[Case]:
@@ -185,8 +195,15 @@ class _Runner:
         payload: harness.NumericPayload = {"op": self.spec.name, "candidate": self.candidate.name,
                                            "poison": self.poison, "cases": files, "calls": calls, "soft_s": soft_s,
                                            "salt": _derive(self.seed, "autotune")}
+        target = self.spec.extra.get("target")  # a target checkout's op (autokernel/target/contract.py)
+        where = {}
+        if target:
+            payload["target"] = {k: target[k] for k in ("module", "launcher", "outputs", "written", "preload")}
+            where = {"pythonpath": [target["root"]]}
+            prepare = self.spec.extra["prepare"]  # its reference's own sandboxed job, for every value set used
+            prepare([getattr(c, v) for c in chunk for v in sorted({v for _, v in c.steps})])
         res = self.sandbox_run(child.numeric, payload, self.job_dir, self.limits_for(est_s),
-                               inputs=inputs)
+                               inputs=inputs, **where)
         with self.lock:  # parallel jobs (run_chunks) are judged one at a time
             t = time.perf_counter()
             try:
@@ -205,7 +222,7 @@ class _Runner:
             raise _Stop(StageResult.fail("runtime", res.reason or "sandbox.error", res.detail,
                                          isolation=res.isolation, sandbox_s=round(res.wall_s, 3)), None)
         by_id = {c.id: c for c in chunk}
-        coverage.merge(self.seen, res.data.get("coverage"), self.sites)
+        coverage.merge(self.seen, res.data.get("coverage"), {**self.sites, **self.exempt})
         try:
             recs = judge.records(res.data, calls)
         except judge.Reject as r:
@@ -356,6 +373,10 @@ def run(spec: OpSpec, candidate: Path, job_dir: Path, limits, seed: int, planned
     try:
         if cover is not None:
             runner.sites = coverage.sites(candidate.read_bytes())
+            target = spec.extra.get("target")
+            if target:  # a target's op: the incumbent's own statements are no obligation (coverage.incumbents)
+                theirs = coverage.incumbents(runner.sites, candidate.read_bytes(), target["incumbent"])
+                runner.exempt = {k: runner.sites.pop(k) for k in theirs}
         slots = _lanes(limits)
         run_chunks(runner, _chunked(runner, planned, skipped, len(slots)), slots)
         if cover is not None:
@@ -461,7 +482,10 @@ def _reach(runner: _Runner, planned, skipped: dict[str, str], slots: list, cover
 
 def _coverage_metrics(runner: _Runner) -> dict:
     met = sum(1 for s in runner.sites.values() if runner.seen.get(s.key, 0) & coverage.REACHED)
-    return {"coverage_sites": len(runner.sites), "coverage_reached": met, "coverage_steered_cases": runner.steered}
+    out = {"coverage_sites": len(runner.sites), "coverage_reached": met, "coverage_steered_cases": runner.steered}
+    if runner.exempt:  # a target's unchanged statements left unreached here (coverage.incumbents): NOT CHECKED
+        out["incumbent_unreached"] = len(coverage.missing(runner.exempt, runner.seen, not device.is_cuda()))
+    return out
 
 
 def _lanes(limits) -> list:

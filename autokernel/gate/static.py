@@ -36,6 +36,7 @@ class Finding:
     reason: str
     line: int
     detail: str
+    node: str = ""  # the offending node, position-free (ast.dump): a target's incumbent may excuse it (find)
 
     def text(self) -> str:
         return f"line {self.line}: {self.detail}" if self.line else self.detail
@@ -51,15 +52,19 @@ def check_file(path: Path, op: str, reference_launcher: Path | None = None, *,
 
 
 def check_source(source: str | bytes, op: str, reference_launcher: Path | None = None, *,
-                 allow_inline_asm: bool = False, policy=None) -> StageResult:
+                 allow_inline_asm: bool = False, policy=None, relative: bool = False) -> StageResult:
     """Parse a candidate for kernels/<op>.py against the grammar; the first finding by REASON_ORDER is the verdict.
 
     reference_launcher: the incumbent kernels/<op>.py whose launcher signature the candidate must keep (default:
     this project's). policy (an autokernel.policy.Policy) or allow_inline_asm: whether tl.inline_asm_elementwise
-    is allowed (policy field gate.allow_inline_asm; off by default)."""
+    is allowed (policy field gate.allow_inline_asm; off by default). relative: a target checkout's kernel file
+    (autokernel/target/contract.py), `op` its launcher: what the incumbent file itself does is excused (excused)."""
     if policy is not None:
         allow_inline_asm = bool(getattr(getattr(policy, "gate", None), "allow_inline_asm", allow_inline_asm))
     findings = find(source, op, reference_launcher, allow_inline_asm=allow_inline_asm)
+    if relative and reference_launcher is not None:
+        findings = excused(findings, find(reference_launcher.read_bytes(), op, reference_launcher,
+                                          allow_inline_asm=allow_inline_asm))
     if not findings:
         return StageResult.ok("static", "the file is a kernel file: imports, constants, kernels and launcher allowed")
     first = findings[0]
@@ -91,6 +96,27 @@ def find(source: str | bytes, op: str, reference_launcher: Path | None = None, *
     return out
 
 
+def excused(findings: list[Finding], incumbent: list[Finding]) -> list[Finding]:
+    """A target's candidate against the grammar, relative to its incumbent (a third-party file: Liger's imports its
+    own helpers, defines autograd classes and backward kernels): a finding is excused when the incumbent has the same
+    finding on the very same node (same reason, the same AST, position aside), each incumbent finding excusing one.
+    So a candidate may keep, verbatim, what the project already runs, and nothing new outside the grammar: an import
+    the incumbent does not make, a new class, a changed helper, a new host-side computation are findings as for
+    autokernel's own kernels (docs/targets.md)."""
+    budget: dict[tuple[str, str], int] = {}
+    for f in incumbent:
+        if f.node:
+            budget[(f.reason, f.node)] = budget.get((f.reason, f.node), 0) + 1
+    out = []
+    for f in findings:
+        k = (f.reason, f.node)
+        if f.node and budget.get(k, 0) > 0:
+            budget[k] -= 1
+        else:
+            out.append(f)
+    return out
+
+
 # --- what the module binds ------------------------------------------------------------------------------------------
 
 @dataclass
@@ -108,7 +134,8 @@ class Facts:
     rejected: dict[str, int] = field(default_factory=dict)  # names bound by a rejected statement -> its line
 
     def add(self, reason: str, node: ast.AST | None, detail: str) -> None:
-        self.findings.append(Finding(reason, getattr(node, "lineno", 0) or 0, detail))
+        self.findings.append(Finding(reason, getattr(node, "lineno", 0) or 0, detail,
+                                     ast.dump(node) if isinstance(node, ast.AST) else ""))
 
     def qual(self, node: ast.AST) -> str | None:
         """`tl.sum` -> "triton.language.sum" when rooted in an import; a dtype constant -> its dtype."""

@@ -54,6 +54,8 @@ REASONS = {
     "e2e.top1": "top-1 agreement with the baseline below the policy",
     "e2e.degenerate_repetition": "one token repeated where the baseline did not (a race's signature)",
     "e2e.bad_output": "the candidate engine returned logits of the wrong shape",
+    "e2e.engine_error": "a target's engine with the candidate swapped in raised, or its job failed "
+                        "(autokernel/target/e2e.py)",
     "e2e.call_mismatch": "one of the candidate's calls in the live engine (production's arguments) fails the numeric "
                          "judge",
     "sandbox.timeout": "the sandboxed job ran past its wall-clock limit",

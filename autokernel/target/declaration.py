@@ -34,7 +34,8 @@ TODO = "TODO"
 ENTRY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*\Z")
 QUALNAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*\Z")
 OP_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}\Z")
-OP_FIELDS = {"file", "launchers", "reference", "outputs", "tolerance", "protected"}
+OP_FIELDS = {"file", "launchers", "reference", "outputs", "tolerance", "protected", "inputs"}
+INPUT_FIELDS = {"repeat", "low", "high"}  # per launcher parameter: what the gate's random values must respect
 HELP = "(docs/targets.md)"
 
 
@@ -47,6 +48,7 @@ class Op:
     outputs: list[int] | None = None
     tolerance: dict[str, float] | None = None
     protected: bool = False
+    inputs: dict[str, dict[str, int]] = field(default_factory=dict)  # parameter -> {repeat | low | high: int}
 
 
 @dataclass
@@ -155,7 +157,18 @@ def _op(name: str, spec, path: Path, root: Path) -> Op:
     if type(protected) is not bool:
         raise UserError(f"{where} protected: true or false {HELP}")
     return Op(name, file, list(launchers), reference, outputs, tol and {k: float(v) for k, v in tol.items()},
-              protected)
+              protected, _inputs(spec.get("inputs", {}), where))
+
+
+def _inputs(value, where: str) -> dict[str, dict[str, int]]:
+    """`inputs = { cos = { repeat = 2 }, position_ids = { low = 0, high = 256 } }`: the last dimension is its first
+    1/repeat repeated (rope's duplicated cos/sin halves); an integer tensor's values in [low, high)."""
+    if not isinstance(value, dict) or not all(
+            isinstance(k, str) and QUALNAME.match(k) and isinstance(v, dict) and v and set(v) <= INPUT_FIELDS
+            and all(type(x) is int and 0 <= x < 1 << 31 for x in v.values()) for k, v in value.items()):
+        raise UserError(f"{where} inputs: {{ <parameter> = {{ repeat = N }} | {{ low = A, high = B }} }}, integers "
+                        f"{HELP}")
+    return {k: dict(v) for k, v in value.items()}
 
 
 def quote(s: str) -> str:

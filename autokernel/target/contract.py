@@ -1,0 +1,365 @@
+"""A declared op of a target checkout as an OpSpec: the gate's one description of an op, built from the declaration
+(autokernel.toml) and the launcher's calls recorded in the live workload (autokernel/target/launches.py), so a user
+writes no input generator (docs/targets.md).
+
+- Layouts. Each recorded argument layout of the launcher (tensors: dtype, shape, strides; scalars, strings) becomes
+  a layout the gate makes cases in. The dimension production grows (tokens: a prefill of 7, decode steps of 1) is
+  found, not declared: across layouts that differ only in sizes, the tensor dimensions (and integer arguments) that
+  change together carry it. A case's shape is {"M": that size, "layout": index}; the leading-dimension sweep, the
+  production range and the coverage steering then move M as they do for autokernel's own ops. A launcher seen with
+  one size only keeps its recorded sizes (said in the spec's doc).
+- Values. Fresh random values in the recorded layouts (the same strides pattern, dense: a permuted view stays
+  permuted), every distribution of autokernel.ops.spec; integer tensors in [0, M); float scalars the recorded value
+  half the time, else log-uniform within a factor 10 of it (0.0: uniform in [-1, 1]); integers, strings and None as
+  recorded (modes and sizes the launcher's callers pass).
+- The reference is the checkout's own function (untrusted code): it never runs here. Before a chunk of cases is
+  judged, one sandboxed job runs it on every value set the chunk uses, in float64 and in the inputs' dtype
+  (autokernel/target/refjob.py), and what came back is what those value sets are judged against.
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from autokernel.ops.spec import OpSpec, sample
+from autokernel.ops.tolerance import References
+from autokernel.target import declaration as decl
+from autokernel.target.discover import LauncherCalls
+
+ODD_M = (1, 3, 37)  # the odd sizes every layout is checked at, as autokernel's row ops are
+FLOATS = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32, "float64": torch.float64}
+INTS = {"int8": torch.int8, "int16": torch.int16, "int32": torch.int32, "int64": torch.int64, "uint8": torch.uint8,
+        "bool": torch.bool}
+
+
+@dataclass(frozen=True)
+class Layout:
+    args: tuple[tuple[str, tuple], ...]  # (parameter, description) in signature order (discover._signature)
+    token: dict[str, tuple[int, ...]]  # tensor parameter -> its dimensions that carry M
+    token_ints: tuple[str, ...]  # integer parameters equal to M
+    dtype: torch.dtype  # the first float tensor's dtype: the case dtype replaces it
+    m: tuple[int, ...]  # the M values the workload sent in this layout
+    order: dict[str, tuple[int, ...]] = field(default_factory=dict)  # per tensor: dims, outermost first
+
+
+def layouts(calls: LauncherCalls) -> list[Layout]:
+    """The launcher's recorded layouts, those that differ only in the token size merged (module docstring)."""
+    groups: dict[tuple, list[list[tuple]]] = {}
+    for sig in calls.signatures:
+        groups.setdefault(_skeleton(sig), []).append(sig)
+    out = []
+    for sigs in groups.values():
+        out += _merge(sigs)
+    return out
+
+
+def _skeleton(sig: list[tuple]) -> tuple:
+    """What must be equal for two layouts to be one layout at different sizes: names, kinds, dtypes, ranks, and
+    the values of everything that is not a tensor or an integer."""
+    return tuple((n, d[0], d[1] if d[0] == "tensor" else None, len(d[2]) if d[0] == "tensor" else None,
+                  None if d[0] in ("tensor", "int") else d[1]) for n, d in sig)
+
+
+def _columns(sig: list[tuple]) -> dict[tuple, int]:
+    """Every size in a layout: (parameter, dim) -> size for tensors, (parameter, None) -> value for integers."""
+    out = {}
+    for n, d in sig:
+        if d[0] == "tensor":
+            out.update({(n, i): int(v) for i, v in enumerate(d[2])})
+        elif d[0] == "int":
+            out[(n, None)] = int(d[1])
+    return out
+
+
+def _merge(sigs: list[list[tuple]]) -> list[Layout]:
+    cols = [_columns(s) for s in sigs]
+    keys = list(cols[0])
+    varying = [k for k in keys if len({c[k] for c in cols}) > 1]
+    # the token columns: the largest set of varying columns equal to each other in every layout
+    best: list[tuple] = []
+    for k in varying:
+        same = [j for j in varying if all(c[j] == c[k] for c in cols)]
+        if len(same) > len(best):
+            best = same
+    rest = [k for k in varying if k not in best]
+    merged: dict[tuple, list[int]] = {}
+    base: dict[tuple, list[tuple]] = {}
+    for sig, c in zip(sigs, cols):
+        key = tuple(c[k] for k in rest)  # layouts that differ elsewhere too stay apart
+        merged.setdefault(key, []).append(c[best[0]] if best else 0)
+        if key not in base or (best and c[best[0]] > _m(base[key], best)):
+            base[key] = sig  # the largest recorded size: its strides tell the dimension order best
+    out = []
+    for key, ms in merged.items():
+        sig = base[key]
+        token: dict[str, list[int]] = {}
+        for n, i in best:
+            if i is not None:
+                token.setdefault(n, []).append(i)
+        dtype = next((FLOATS[d[1]] for _, d in sig if d[0] == "tensor" and d[1] in FLOATS), torch.float32)
+        order = {n: _order(d[3]) for n, d in sig if d[0] == "tensor"}
+        out.append(Layout(tuple((n, tuple(d)) for n, d in sig), {n: tuple(v) for n, v in token.items()},
+                          tuple(n for n, i in best if i is None), dtype,
+                          tuple(sorted(set(ms))) if best else (), order))
+    return out
+
+
+def _m(sig: list[tuple], best: list[tuple]) -> int:
+    return _columns(sig)[best[0]]
+
+
+def _order(strides) -> tuple[int, ...]:
+    """Dimensions outermost first, by recorded stride (ties: the later dimension inner, as in a contiguous tensor)."""
+    return tuple(sorted(range(len(strides)), key=lambda i: (-int(strides[i]), i)))
+
+
+def _dense(shape: tuple[int, ...], order: tuple[int, ...]) -> tuple[int, ...]:
+    """Strides of a dense tensor of `shape` whose dimensions lie in memory in `order` (outermost first)."""
+    strides = [0] * len(shape)
+    step = 1
+    for i in reversed(order):
+        strides[i] = step
+        step *= max(1, shape[i])
+    return tuple(strides)
+
+
+# --- inputs ---------------------------------------------------------------------------------------------------------
+
+def shape_dims(layout: Layout, m: int) -> dict[str, tuple[int, ...]]:
+    """Each tensor parameter's shape at token size m."""
+    out = {}
+    for n, d in layout.args:
+        if d[0] == "tensor":
+            dims = list(d[2])
+            for i in layout.token.get(n, ()):
+                dims[i] = m
+            out[n] = tuple(dims)
+    return out
+
+
+def make_inputs_for(layouts_: list[Layout], constraints: dict[str, dict[str, int]] | None = None):
+    constraints = constraints or {}
+
+    def make_inputs(shape: dict, dtype, device, gen, dist="normal") -> dict[str, Any]:
+        layout = layouts_[shape.get("layout", 0)]
+        m = shape["M"]
+        shapes = shape_dims(layout, m)
+        out: dict[str, Any] = {}
+        for n, d in layout.args:
+            if d[0] == "tensor":
+                out[n] = _tensor(shapes[n], layout.order[n], d[1], layout.dtype, dtype, device, gen, dist, m,
+                                 constraints.get(n, {}))
+        for n, d in layout.args:  # scalars after every tensor, so the tensors stay what the seed made them
+            if d[0] != "tensor":
+                out[n] = m if n in layout.token_ints else _scalar(d, gen)
+        return {n: out[n] for n, _ in layout.args}
+    return make_inputs
+
+
+def _tensor(shape, order, dtype_name: str, primary: torch.dtype, case_dtype, device, gen, dist: str, m: int,
+            rule: dict[str, int]):
+    """One input: fresh values in the recorded layout, under the declaration's `inputs` rule for it, if any."""
+    t = torch.empty_strided(shape, _dense(shape, order), dtype=_dtype(dtype_name, primary, case_dtype),
+                            device=device)
+    if t.dtype.is_floating_point:
+        v = sample(tuple(shape), t.dtype, device, gen, dist)
+        rep = rule.get("repeat", 1)
+        if rep > 1 and shape and shape[-1] % rep == 0:  # the last dimension: its first 1/rep, repeated
+            v = v[..., : shape[-1] // rep].repeat(*([1] * (len(shape) - 1)), rep)
+        t.copy_(v)
+    elif t.dtype == torch.bool:
+        t.copy_(torch.rand(tuple(shape), generator=gen) > 0.5)
+    else:
+        lo, hi = rule.get("low", 0), rule.get("high", max(1, m))
+        t.copy_(torch.randint(lo, max(lo + 1, hi), tuple(shape), generator=gen))
+    return t
+
+
+def constrain_for(constraints: dict[str, dict[str, int]]):
+    def constrain(kwargs: dict) -> None:
+        """The declared `repeat` rules re-applied in place (after the gate mixes or tweaks values elementwise)."""
+        for n, rule in constraints.items():
+            v, rep = kwargs.get(n), rule.get("repeat", 1)
+            if isinstance(v, torch.Tensor) and v.is_floating_point() and rep > 1 and v.dim() and \
+                    v.shape[-1] % rep == 0:
+                w = v.shape[-1] // rep
+                for i in range(1, rep):
+                    v[..., i * w:(i + 1) * w].copy_(v[..., :w])
+    return constrain
+
+
+def _dtype(name: str, primary: torch.dtype, case_dtype: torch.dtype) -> torch.dtype:
+    dt = FLOATS.get(name) or INTS.get(name)
+    if dt is None:
+        raise ValueError(f"dtype {name!r} is not one the gate makes inputs in")
+    return case_dtype if dt == primary else dt
+
+
+def _scalar(d: tuple, gen: torch.Generator):
+    kind, value = d[0], d[1] if len(d) > 1 else None
+    if kind != "float":
+        return value
+    if int(torch.randint(0, 2, (1,), generator=gen)):
+        return float(value)
+    u = float(torch.rand((), generator=gen, dtype=torch.float64))
+    if value == 0.0:
+        return 2 * u - 1
+    return math.copysign(abs(value) * 10 ** (2 * u - 1), value)
+
+
+def shape_of_for(layouts_: list[Layout]):
+    def shape_of(**kwargs) -> dict[str, int]:
+        for i, layout in enumerate(layouts_):
+            for n, dims in layout.token.items():
+                t = kwargs.get(n)
+                if isinstance(t, torch.Tensor) and dims:
+                    return {"M": int(t.shape[dims[0]]), "layout": i}
+        return {"M": 0, "layout": 0}
+    return shape_of
+
+
+def bytes_for(layouts_: list[Layout]):
+    def bytes_moved(shape: dict, dtype) -> int:
+        layout = layouts_[shape.get("layout", 0)]
+        total = 0
+        for n, dims in shape_dims(layout, shape["M"]).items():
+            d = dict(layout.args)[n]
+            total += math.prod(dims) * torch.empty((), dtype=_dtype(d[1], layout.dtype, dtype)).element_size()
+        return total
+    return bytes_moved
+
+
+# --- references: the checkout's function, run in its own sandboxed job --------------------------------------------
+
+def digest(kwargs: dict) -> str:
+    """A value set's identity: every tensor's dtype, shape, strides and bytes, every scalar's repr."""
+    h = hashlib.sha256()
+    for k in sorted(kwargs):
+        v = kwargs[k]
+        h.update(k.encode())
+        if isinstance(v, torch.Tensor):
+            h.update(f"{v.dtype}{tuple(v.shape)}{v.stride()}".encode())
+            flat = v.detach().reshape(-1).contiguous().cpu()
+            h.update(flat.view(torch.uint8).numpy().tobytes() if flat.dtype != torch.bool else flat.numpy().tobytes())
+        else:
+            h.update(repr((type(v).__name__, v)).encode())
+    return h.hexdigest()
+
+
+class ReferenceTable:
+    """What the checkout's reference returned for each value set, filled by `prepare` (one sandboxed job for many
+    value sets) and read by the judge (autokernel.ops.tolerance.references through spec.extra['references'])."""
+
+    def __init__(self, root: Path, reference: str, job_dir: Path, limits, tolerance: dict | None = None):
+        self.root, self.reference, self.job_dir, self.limits = root, reference, job_dir, limits
+        self.tolerance = tolerance
+        self.table: dict[str, References] = {}
+        self.jobs = 0
+        self.seconds = 0.0
+
+    def prepare(self, value_sets: list[dict]) -> None:
+        from autokernel import sandbox
+        from autokernel.target import refjob
+        todo: dict[str, dict] = {}
+        for kw in value_sets:
+            key = digest(kw)
+            if key not in self.table:
+                todo[key] = kw
+        if not todo:
+            return
+        inputs = {f"{key[:32]}.pt": kw for key, kw in todo.items()}
+        payload = {"root": str(self.root), "reference": self.reference, "sets": sorted(inputs)}
+        res = sandbox.run(refjob.references, payload, self.job_dir, self.limits, inputs=inputs,
+                          pythonpath=[self.root])
+        self.jobs += 1
+        self.seconds += res.wall_s
+        if not res.ok:
+            raise ReferenceError(f"the reference {self.reference} failed in its sandboxed job ({res.reason}: "
+                                 f"{res.detail}); log: {self.job_dir}")
+        data = res.data if isinstance(res.data, dict) else {}
+        if data.get("failed"):
+            raise ReferenceError(f"the reference {self.reference} raised: {str(data.get('detail'))[:300]}"
+                                 + (f" (at {data['where']})" if data.get("where") else ""))
+        got = data.get("sets") if isinstance(data.get("sets"), dict) else {}
+        for key in todo:
+            self.table[key] = _references(got.get(f"{key[:32]}.pt"), self.reference)
+
+    def __call__(self, kwargs: dict) -> References:
+        r = self.table.get(digest(kwargs))
+        if r is None:
+            raise ReferenceError(f"no reference output for a value set the gate made (prepare() missed it): "
+                                 f"{sorted(kwargs)}")
+        return r
+
+
+class ReferenceError(Exception):
+    """The checkout's reference failed or returned what cannot be judged against: the user's to fix (exit 2)."""
+
+
+def _references(blob, reference: str) -> References:
+    if not isinstance(blob, bytes):
+        raise ReferenceError(f"the reference {reference}'s job returned no outputs for a value set")
+    try:
+        data = torch.load(io.BytesIO(blob), weights_only=True)
+    except Exception as e:  # noqa: BLE001 -- whatever came back from the sandbox is data to check
+        raise ReferenceError(f"the reference {reference}'s outputs do not load: {type(e).__name__}") from None
+    ref64, eager = (data.get("ref64"), data.get("eager")) if isinstance(data, dict) else (None, None)
+    ok = all(isinstance(x, list) and x and all(type(t) is torch.Tensor for t in x) for x in (ref64, eager))
+    if not ok or len(ref64) != len(eager):
+        raise ReferenceError(f"the reference {reference} must return a tensor or a tuple of tensors (the outputs the "
+                             "declaration compares, in order)")
+    return References(ref64, eager, [None] * len(ref64), any_layout=True)
+
+
+# --- the spec -------------------------------------------------------------------------------------------------------
+
+def imported(source: str) -> list[str]:
+    """The modules a kernel file imports (absolute imports, in order): the job imports the incumbent's before its
+    first snapshot, so what importing them changes (a library that wraps torch.manual_seed) is not held against a
+    candidate that imports exactly what the incumbent does."""
+    import ast
+    out: list[str] = []
+    for node in ast.parse(source).body:
+        names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+            [node.module] if isinstance(node, ast.ImportFrom) and node.module and not node.level else []
+        out += [n for n in names if n not in out and n != "__future__"]
+    return out
+
+
+def spec(op: decl.Op, calls: LauncherCalls, table: ReferenceTable) -> OpSpec:
+    """The gate's OpSpec for a declared op, from its launcher's recorded calls (module docstring)."""
+    lays = layouts(calls)
+    incumbent = (table.root / op.file).read_text()
+    if not lays:
+        raise ReferenceError(f"[ops.{op.name}]: the workload's calls of {calls.launcher} left no layout the gate can "
+                             "make inputs in")
+    model = [{"M": m, "layout": i} for i, lay in enumerate(lays) for m in (lay.m or (0,))]
+    odd = [{"M": m, "layout": i} for i, lay in enumerate(lays) if lay.m for m in ODD_M]
+    dtypes = tuple(dict.fromkeys(lay.dtype for lay in lays))
+    fixed = [lay for lay in lays if not lay.m]
+    doc = (f"{op.name}: the checkout's {calls.launcher} in {op.file}, judged against its reference {op.reference} "
+           f"on the {len(lays)} argument layout(s) the workload sent")
+    if fixed:
+        doc += f"; {len(fixed)} layout(s) seen at one size only are checked at that size"
+    extra = {"references": table, "prepare": table.prepare, "constrain": constrain_for(op.inputs),
+             "range_dim": "M", "range_base": {}, "sweep": ("M",),
+             "target": {"op": op.name, "file": op.file, "launcher": calls.launcher, "outputs": op.outputs,
+                        "written": list(calls.written), "module": decl.module_of(op.file), "root": str(table.root),
+                        "preload": imported(incumbent), "incumbent": incumbent},
+             "layouts": lays}
+    if op.tolerance:
+        extra["tolerance"] = dict(op.tolerance)
+    return OpSpec(name=f"target.{op.name}", reference=_never, make_inputs=make_inputs_for(lays, op.inputs),
+                  shape_of=shape_of_for(lays), flops=lambda s: 0, bytes_moved=bytes_for(lays),
+                  model_shapes=tuple(s for s in model if s["M"] or not lays[s["layout"]].m),
+                  odd_shapes=tuple(odd), dtypes=dtypes, doc=doc, extra=extra)
+
+
+def _never(**kwargs):
+    raise ReferenceError("a target's reference runs only in its sandboxed job (ReferenceTable)")

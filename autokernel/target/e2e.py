@@ -1,0 +1,133 @@
+"""The end-to-end stage for a target checkout's op: the engine's next-token distributions with the candidate swapped
+in, against the engine with its own kernels (policy section e2e: the same thresholds as autokernel's own engine).
+
+Both engines run in the sandbox through the contract's `logits(ids)` (docs/targets.md), each in its own job; the
+candidate replaces the op's module before `build()` runs, so every import of it in the engine gets the candidate
+(the way a checkout with the file changed would). The baseline job generates greedily from a few fixed prompts;
+the candidate job is teacher-forced on the baseline's tokens (per-token KL(baseline || candidate) and top-1
+agreement) and then generates freely, for the repeat guard: a run of `repeat_run` identical tokens the baseline did
+not have is the symptom of a racing kernel. What comes back is data, checked here.
+"""
+from __future__ import annotations
+
+import importlib
+import io
+import random
+from pathlib import Path
+
+from autokernel.errors import UserError
+from autokernel.gate.verdict import StageResult
+from autokernel.target import declaration as decl
+
+PROMPT_LENGTHS = (5, 9, 3)  # token ids per prompt: prefill shapes the workload may not have sent
+PROMPT_SEED = 0  # the prompts are fixed: a verdict is reproducible, and a baseline is one per checkout
+
+
+def _prompts(vocab: int) -> list[list[int]]:
+    r = random.Random(PROMPT_SEED)
+    hi = max(2, min(vocab, 1000))
+    return [[r.randrange(1, hi) for _ in range(n)] for n in PROMPT_LENGTHS]
+
+
+def engine_job(payload: dict, inputs) -> dict:
+    """Sandbox entry: build the engine (the candidate first loaded as the op's module when payload names one), then
+    logits for `prefixes` (teacher forcing) and `steps` greedy tokens from each of `prompts`."""
+    import torch
+
+    from autokernel import device, kernel_loader
+    from autokernel.target import interp
+    from autokernel.target.launches import _failed
+    device.ensure_interpreter()
+    interp.install()
+    root = payload["root"]
+    try:
+        if payload.get("candidate"):
+            kernel_loader.load_kernel("", Path(inputs) / payload["candidate"], None, payload["module"])
+        module, _, fn = payload["build"].partition(":")
+        engine = getattr(importlib.import_module(module), fn)()
+        with torch.no_grad():
+            forced = engine.logits(payload["prefixes"]).float() if payload["prefixes"] else torch.zeros(0)
+            tokens = []
+            for p in payload["prompts"]:
+                ids = list(p)
+                for _ in range(payload["steps"]):
+                    ids.append(int(engine.logits([ids])[0].argmax()))
+                tokens.append(ids[len(p):])
+    except BaseException as e:  # noqa: BLE001 -- the engine's (or the candidate's) failure is reported as data
+        return _failed("engine", root, e)
+    buf = io.BytesIO()
+    torch.save(forced.detach().cpu().contiguous(), buf)
+    return {"logits": buf.getvalue(), "tokens": tokens}
+
+
+def _run(root: Path, d: decl.Declaration, op: decl.Op, policy, job_dir: Path, prompts, prefixes, steps: int,
+         candidate: Path | None = None):
+    import torch
+
+    from autokernel import device, sandbox
+    env = {} if device.is_cuda() else {"TRITON_INTERPRET": "1"}
+    payload = {"root": str(root), "build": d.build, "module": decl.module_of(op.file), "prompts": prompts,
+               "prefixes": prefixes, "steps": steps, "candidate": candidate.name if candidate else None}
+    res = sandbox.run(engine_job, payload, job_dir, policy.sandbox, pythonpath=[root], env=env,
+                      inputs={candidate.name: candidate.read_bytes()} if candidate else None)
+    if not res.ok:
+        return None, f"{res.reason}: {res.detail}"
+    data = res.data if isinstance(res.data, dict) else {}
+    if data.get("failed"):
+        return None, f"the engine raised: {str(data.get('detail'))[:300]} ({data.get('where') or 'no checkout frame'})"
+    try:
+        logits = torch.load(io.BytesIO(data["logits"]), weights_only=True)
+    except Exception:  # noqa: BLE001 -- whatever came back is data
+        return None, "the engine job's logits do not load"
+    tokens = data.get("tokens")
+    if not (isinstance(tokens, list) and len(tokens) == len(prompts) and all(
+            isinstance(t, list) and len(t) == steps and all(type(x) is int for x in t) for t in tokens)):
+        return None, "the engine job returned malformed tokens"
+    if type(logits) is not torch.Tensor or (prefixes and tuple(logits.shape[:1]) != (len(prefixes),)):
+        return None, "the engine job returned logits of the wrong shape"
+    return (logits, tokens), ""
+
+
+def check(root: Path, d: decl.Declaration, op: decl.Op, candidate: Path, policy) -> StageResult:
+    import torch
+    e = policy.e2e
+    steps = 2 * e.repeat_run
+    job_dir = candidate.parent / "e2e"
+    probe, why = _run(root, d, op, policy, job_dir / "vocab", [], [[1, 2, 3]], 0)
+    if probe is None:
+        raise UserError(f"{d.build}: the engine with its own kernels failed in the end-to-end job: {why}")
+    prompts = _prompts(int(probe[0].shape[-1]))
+    base, why = _run(root, d, op, policy, job_dir / "baseline", prompts, [], steps)
+    prefixes = [p + t[:i] for p, t in zip(prompts, base[1]) for i in range(steps)] if base else []
+    ref, why = (_run(root, d, op, policy, job_dir / "baseline_forced", [], prefixes, 0) if base else (None, why))
+    if base is None or ref is None:
+        raise UserError(f"{d.build}: the engine with its own kernels failed in the end-to-end job: {why}")
+    got, why2 = _run(root, d, op, policy, job_dir / "candidate", prompts, prefixes, steps, candidate)
+    if got is None:
+        return StageResult.fail("e2e", "e2e.engine_error", f"the engine with the candidate: {why2}")
+    lp, lq = torch.log_softmax(ref[0].double(), -1), torch.log_softmax(got[0].double(), -1)
+    kl = (lp.exp() * (lp - lq)).sum(-1).clamp(min=0)
+    top1 = float((ref[0].argmax(-1) == got[0].argmax(-1)).double().mean())
+    runs = [_longest_run(t) for t in got[1]]
+    base_runs = [_longest_run(t) for t in base[1]]
+    metrics = {"kl_mean": float(kl.mean()), "kl_p99": float(torch.quantile(kl, 0.99)), "kl_max": float(kl.max()),
+               "top1": top1, "tokens": len(prefixes), "repeat_runs": runs}
+    line = (f"{len(prefixes)} teacher-forced tokens: KL mean {metrics['kl_mean']:.2e}, p99 {metrics['kl_p99']:.2e}, "
+            f"max {metrics['kl_max']:.2e} nats; top-1 {top1:.3f}; longest repeat run {max(runs)}")
+    if metrics["kl_mean"] > e.kl_mean_max or metrics["kl_p99"] > e.kl_p99_max or metrics["kl_max"] > e.kl_max_max:
+        return StageResult.fail("e2e", "e2e.kl_exceeded", line, **metrics)
+    if top1 < e.top1_min:
+        return StageResult.fail("e2e", "e2e.top1", line, **metrics)
+    if any(c >= e.repeat_run and b < e.repeat_run for c, b in zip(runs, base_runs)):
+        return StageResult.fail("e2e", "e2e.degenerate_repetition", line, **metrics)
+    return StageResult.ok("e2e", line + " (the checkout's engine, its workload's other kernels as they are)",
+                          **metrics)
+
+
+def _longest_run(tokens: list[int]) -> int:
+    best = run = 0
+    prev = None
+    for t in tokens:
+        run = run + 1 if t == prev else 1
+        best, prev = max(best, run), t
+    return best
