@@ -103,7 +103,7 @@ def agent(
 def _die_with_jobs() -> None:
     """SIGTERM (a CI runner's cancel, `kill`): every sandbox job still running (or stopped by the bench's lockstep)
     is killed first, then the command exits 143; Ctrl-C's KeyboardInterrupt kills a job where it waits
-    (autokernel.sandbox._execute). No job process outlives autokernel, with or without bubblewrap."""
+    (autokernel.sandbox.runner._execute). No job process outlives autokernel, with or without bubblewrap."""
     import signal
 
     def on_term(signum, frame):

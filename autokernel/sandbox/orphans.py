@@ -1,6 +1,6 @@
 """What a killed autokernel process leaves behind, removed by the next one: directories named <prefix>-<pid>-...
 whose pid is gone. Three kinds, each swept once per process before its first directory is made: the sandbox's input
-and scratch directories (autokernel-in-, autokernel-job-; autokernel.sandbox.run), its job cgroups
+and scratch directories (autokernel-in-, autokernel-job-; autokernel.sandbox.runner), its job cgroups
 (autokernel-<pid>-<n>; autokernel.sandbox.limits) and a Ray worker's job directories (autokernel-cluster-;
 autokernel.cluster). Standard library only: the sandboxed harness imports this package.
 """

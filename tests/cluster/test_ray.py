@@ -96,7 +96,7 @@ def _proc(pid: int) -> tuple[str, int]:
 def _busy_workers() -> dict[int, int]:
     """{Ray worker pid: the gate job it runs} for workers in a gate task (Ray titles them ray::<function>) that have a
     sandbox (bwrap) child now. The job is read from the first line ("# variant i TOKEN") of the candidate in the
-    sandbox's input directory, which the worker created as autokernel-in-<its pid>-* (autokernel/sandbox/__init__.py);
+    sandbox's input directory, which the worker created as autokernel-in-<its pid>-* (autokernel/sandbox/runner.py);
     a line without this process's TOKEN is another test run's."""
     procs = {int(p): _proc(int(p)) for p in os.listdir("/proc") if p.isdigit()}
     workers = {pid for pid, (argv0, _) in procs.items() if argv0.startswith("ray::gate_on_node")}

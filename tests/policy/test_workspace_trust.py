@@ -16,6 +16,7 @@ import pytest
 from autokernel import paths, policy, sandbox
 from autokernel.errors import UserError
 from autokernel.paths import INSTALLED
+from autokernel.sandbox import runner
 
 ROOT = Path(__file__).parents[2]
 FIXTURES = ROOT / "tests" / "gate" / "fixtures" / "rmsnorm"
@@ -127,7 +128,7 @@ def test_a_checkout_base_url_never_receives_the_key(checkout, monkeypatch):
 def test_the_isolation_warning_names_who_chose_none(checkout, capsys, monkeypatch):
     policies(checkout, "sandbox:\n  isolation: none\n")
     p = policy.for_checkout(checkout, explicit=checkout / "policies.yaml")
-    monkeypatch.setattr(sandbox, "_warned", set())
+    monkeypatch.setattr(runner, "_warned", set())
     sandbox.preflight(p.sandbox, untrusted_author=False)
     err = capsys.readouterr().err
     assert f"set by --policy {checkout / 'policies.yaml'} (a file of the checkout" in err

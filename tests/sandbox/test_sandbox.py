@@ -15,7 +15,7 @@ from autokernel import sandbox
 from autokernel.errors import UserError
 from autokernel.paths import INSTALLED
 from autokernel.policy import Sandbox
-from autokernel.sandbox import bwrap, limits, seccomp
+from autokernel.sandbox import bwrap, limits, runner, seccomp
 
 HERE = Path(__file__).parent
 LIMITS = Sandbox(timeout_s=10, memory_mb=1024, cpu_s=30, max_processes=32)
@@ -260,7 +260,7 @@ def test_required_isolation_refuses_without_bwrap(tmp_path, monkeypatch):
 def test_fallback_subprocess_still_scrubs_and_limits(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-test-fallback")
     monkeypatch.setattr(bwrap, "usable", lambda: "bubblewrap (bwrap) is not installed")
-    monkeypatch.setattr(sandbox, "_warned", set())
+    monkeypatch.setattr(runner, "_warned", set())
     r = run_candidate(tmp_path, "import os\ndef main(job_dir):\n    return 'ANTHROPIC_API_KEY' in os.environ\n")
     assert r.ok and r.data == {"result": False}
     assert r.isolation.startswith("subprocess+")
@@ -311,8 +311,8 @@ def _has_memory_cgroup() -> bool:
 def test_oom_kill_by_the_memory_cgroup_is_oom(tmp_path, monkeypatch):
     # As on a GPU machine, where RLIMIT_AS is off (CUDA reserves far more address space than it uses): the memory
     # cgroup's OOM killer ends the job with SIGKILL, and that is still reported as sandbox.oom.
-    real = sandbox.preexec
-    monkeypatch.setattr(sandbox, "preexec", lambda lim, cg, rlimit_as: real(lim, cg, rlimit_as=False))
+    real = runner.preexec
+    monkeypatch.setattr(runner, "preexec", lambda lim, cg, rlimit_as: real(lim, cg, rlimit_as=False))
     lim = LIMITS.model_copy(update={"memory_mb": 512})
     r = run_candidate(tmp_path, """
         def main(job_dir):
@@ -368,7 +368,7 @@ def test_isolation_is_reported_in_full(tmp_path):
 
 def test_preflight_refuses_untrusted_authors_without_full_isolation(monkeypatch, capsys):
     monkeypatch.setattr(bwrap, "usable", lambda: "bubblewrap (bwrap) is not installed")
-    monkeypatch.setattr(sandbox, "_warned", set())
+    monkeypatch.setattr(runner, "_warned", set())
     with pytest.raises(UserError, match="bubblewrap.*sandbox.isolation: none"):
         sandbox.preflight(LIMITS, untrusted_author=True)
     with pytest.raises(UserError, match="'required'"):

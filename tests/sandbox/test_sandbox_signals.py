@@ -15,6 +15,7 @@ from pathlib import Path
 sys.path.insert(0, {here!r})
 import sandbox_entries
 from autokernel import cli, sandbox
+from autokernel.sandbox import runner
 from autokernel.policy import Policy
 if {handler}:
     cli._die_with_jobs()
@@ -22,9 +23,9 @@ limits = Policy().sandbox.model_copy(update={{"timeout_s": 120, "isolation": "au
 src = b"import time\\ndef main(scratch):\\n    time.sleep(120)\\n"
 threading.Thread(target=sandbox.run, args=(sandbox_entries.call_candidate, {{"candidate": "c.py"}}, Path({job!r}),
                  limits), kwargs=dict(inputs={{"c.py": src}}, pythonpath=[Path({here!r})]), daemon=True).start()
-while not sandbox._LIVE:
+while not runner._LIVE:
     time.sleep(0.05)
-pid = next(iter(sandbox._LIVE))
+pid = next(iter(runner._LIVE))
 time.sleep(1.0)
 os.killpg(pid, signal.SIGSTOP)  # as the bench's lockstep leaves a job between its turns
 print(pid, flush=True)
