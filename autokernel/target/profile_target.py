@@ -65,12 +65,8 @@ def declared(root: Path) -> decl.Declaration:
 
 
 def launcher_map(d: decl.Declaration) -> dict[str, tuple[list[str], str]]:
-    """{module: ([launcher names], file)} for discover.run; two ops on one file share its module's entry."""
-    out: dict[str, tuple[list[str], str]] = {}
-    for op in d.ops.values():
-        names, _ = out.setdefault(decl.module_of(op.file), ([], op.file))
-        names.extend(n for n in op.launchers if n not in names)
-    return out
+    """{module: ([launcher names], file)} for discover.run (one op per file: `declared`)."""
+    return {decl.module_of(op.file): (list(op.launchers), op.file) for op in d.ops.values()}
 
 
 def never_called(d: decl.Declaration, found: discover.Discovery) -> list[tuple[decl.Op, str]]:
