@@ -122,7 +122,7 @@ def status_of(op: decl.Op, policy) -> str:
 
 def summarize(found: discover.Discovery, d: decl.Declaration, policy, root: Path, rid: str) -> dict:
     """The summary.json of a target's run (the module docstring), from the checked discovery."""
-    from autokernel import device
+    from autokernel import device, paths
     from autokernel.profile.trace import SCHEMA
     total_ms = 1e3 * sum(x.seconds for x in found.launches)
     workload_ms = 1e3 * found.timings.get("workload_s", 0.0)
@@ -142,7 +142,7 @@ def summarize(found: discover.Discovery, d: decl.Declaration, policy, root: Path
         "kernels": "checkout",
         "weights": None,
         "target": {"root": str(root), "build": d.build, "declaration": str(d.path),
-                   "declaration_sha256": hashlib.sha256(d.path.read_bytes()).hexdigest(),
+                   "declaration_sha256": hashlib.sha256(paths.read_bytes(d.path, root)).hexdigest(),
                    "isolation": found.isolation, "interpreted": found.interpreted,
                    "pinned_autotune": found.pinned, "timings_s": found.timings},
         "workload": {"name": f"{d.build}().workload()", "path": None, "sha256": None},
