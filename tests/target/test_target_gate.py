@@ -1,0 +1,198 @@
+"""`autokernel verify --repo`: the gate on a target checkout's declared op (autokernel/target/gate.py).
+
+A toy checkout written here: a row-wise Triton kernel (an rmsnorm without weight, with a plain helper function and an
+eps argument) that its engine calls at 7, 1 and 3 rows, a torch reference in the checkout, and a tiny "model" whose
+logits go through the kernel. The incumbent is accepted end to end; a candidate exact only at the eps production
+sends, one that drops rows past a cap, one that imports what the incumbent does not and one that changes the
+helper the incumbent keeps are rejected with the project's reason codes; bad declarations exit 2.
+"""
+import re
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from autokernel.gate.command import verify_command
+from autokernel.policy import Policy
+from autokernel.target import contract
+from autokernel.target import declaration as decl
+from autokernel.target import gate as target_gate
+from autokernel.target.discover import LauncherCalls
+
+NORM = '''
+import torch
+import triton
+import triton.language as tl
+
+
+def _block(n):
+    return triton.next_power_of_2(n)
+
+
+@triton.jit
+def _norm_kernel(x_ptr, y_ptr, eps, n, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    offs = tl.arange(0, BLOCK)
+    m = offs < n
+    x = tl.load(x_ptr + row * n + offs, mask=m, other=0.0).to(tl.float32)
+    r = 1.0 / tl.sqrt(tl.sum(x * x, axis=0) / n + eps)
+    tl.store(y_ptr + row * n + offs, (x * r).to(y_ptr.dtype.element_ty), mask=m)
+
+
+def norm(x, eps):
+    x = x.contiguous()
+    y = torch.empty_like(x)
+    rows = x.numel() // x.shape[-1]
+    _norm_kernel[(rows,)](x, y, eps, x.shape[-1], BLOCK=_block(x.shape[-1]))
+    return y
+'''
+REFERENCE = '''
+import torch
+
+
+def norm(x, eps):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+'''
+ENGINE = '''
+import torch
+
+from toyt.ops.norm import norm
+
+VOCAB, DIM = 16, 32
+
+
+class Engine:
+    def __init__(self):
+        g = torch.Generator().manual_seed(0)
+        self.emb = torch.randn(VOCAB, DIM, generator=g)
+        self.out = torch.randn(DIM, VOCAB, generator=g)
+
+    def workload(self):
+        for ids in ([1, 2, 3, 4, 5, 6, 7], [3], [2, 4, 6]):  # a prefill of 7, a decode step, a prefill of 3
+            self.logits([ids])
+
+    def logits(self, ids):
+        return torch.stack([norm(self.emb[torch.tensor(row)], 1e-5)[-1] @ self.out for row in ids])
+
+
+def build():
+    return Engine()
+'''
+DECLARATION = '''
+[engine]
+build = "toyt.engine:build"
+
+[ops.norm]
+file = "toyt/ops/norm.py"
+launchers = ["norm"]
+reference = "toyt.reference:norm"
+'''
+
+
+def checkout(root: Path, declaration: str = DECLARATION) -> Path:
+    for rel, text in {"toyt/__init__.py": "", "toyt/ops/__init__.py": "", "toyt/ops/norm.py": NORM,
+                      "toyt/reference.py": REFERENCE, "toyt/engine.py": ENGINE, decl.NAME: declaration}.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(textwrap.dedent(text))
+    return root
+
+
+@pytest.fixture(autouse=True)
+def _cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # run directories go here, never the checkout
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory):
+    return checkout(tmp_path_factory.mktemp("toyt"))
+
+
+def candidate(tmp_path: Path, old: str, new: str) -> Path:
+    assert old in NORM
+    path = tmp_path / "norm.py"
+    path.write_text(textwrap.dedent(NORM.replace(old, new)))
+    return path
+
+
+def gate(root: Path, path: Path, e2e: bool = False):
+    return target_gate.verify(root, "norm", path, policy=Policy(), seed=1234, stages=None if e2e else [])
+
+
+def test_the_incumbent_is_accepted_end_to_end(root, tmp_path):
+    path = tmp_path / "norm.py"
+    path.write_text((root / "toyt/ops/norm.py").read_text())
+    v = gate(root, path, e2e=True)
+    assert v.accepted, [(s.name, s.reason, s.detail) for s in v.stages]
+    assert [s.name for s in v.stages] == ["static", "runtime", "numeric", "e2e"]
+    e2e = v.stages[-1]
+    assert e2e.metrics["kl_max"] == 0.0 and e2e.metrics["top1"] == 1.0  # the same kernel: the same logits
+    numeric = v.stages[2]
+    assert numeric.metrics["cases"] >= 20  # the sweep over M went past the recorded 7 rows
+    assert max(int(re.search(r"M=(\d+)", s).group(1)) for s in numeric.metrics["shapes"]) > 7
+
+
+def test_a_kernel_exact_only_at_the_eps_production_sends_is_rejected(root, tmp_path):
+    """Scalars are drawn per case around the recorded value: a constant eps is wrong on most cases."""
+    v = gate(root, candidate(tmp_path, "_norm_kernel[(rows,)](x, y, eps,", "_norm_kernel[(rows,)](x, y, 1e-5,"))
+    assert not v.accepted
+    assert v.failure.reason == "numeric.mismatch", v.failure.detail
+
+
+def test_a_kernel_that_drops_rows_past_a_cap_is_rejected(root, tmp_path):
+    """The workload sent at most 7 rows; the sweep and the range cases go past them."""
+    v = gate(root, candidate(tmp_path, "_norm_kernel[(rows,)]", "_norm_kernel[(min(rows, 16),)]"))
+    assert not v.accepted
+    assert v.failure.reason in ("numeric.mismatch", "numeric.unwritten", "coverage.unreached"), v.failure.detail
+
+
+def test_static_is_relative_to_the_incumbent(root, tmp_path):
+    """The incumbent's own helper function (outside the grammar) is excused kept verbatim; a changed helper and an
+    import the incumbent does not make are findings."""
+    from autokernel.gate import static
+    inc = root / "toyt/ops/norm.py"
+    assert static.check_source(inc.read_bytes(), "norm", inc, relative=True).passed
+    assert not static.check_source(inc.read_bytes(), "norm", inc, relative=False).passed  # the helper, bare
+    changed = candidate(tmp_path, "return triton.next_power_of_2(n)", "return triton.next_power_of_2(n) * 2")
+    r = static.check_source(changed.read_bytes(), "norm", inc, relative=True)
+    assert not r.passed and r.reason == "static.forbidden_syntax", r.detail
+    imports = candidate(tmp_path, "import torch\n", "import os\nimport torch\n")
+    r = static.check_source(imports.read_bytes(), "norm", inc, relative=True)
+    assert not r.passed and r.reason == "static.forbidden_import", r.detail
+
+
+def test_layouts_find_the_token_dimension():
+    t = ("tensor", "float32")
+    calls = LauncherCalls("toyt/ops/norm.py", "norm", 3, [
+        [("x", (*t, (1, 7, 32), (224, 32, 1))), ("n", ("int", 7)), ("eps", ("float", 1e-5))],
+        [("x", (*t, (1, 1, 32), (32, 32, 1))), ("n", ("int", 1)), ("eps", ("float", 1e-5))],
+        [("x", (*t, (1, 3, 32), (96, 32, 1))), ("n", ("int", 3)), ("eps", ("float", 1e-5))]], [1, 1, 1], [], [])
+    (lay,) = contract.layouts(calls)
+    assert lay.token == {"x": (1,)} and lay.token_ints == ("n",) and lay.m == (1, 3, 7)
+    import torch
+    kw = contract.make_inputs_for([lay])({"M": 37, "layout": 0}, torch.float16, "cpu", torch.Generator())
+    assert kw["x"].shape == (1, 37, 32) and kw["x"].dtype == torch.float16 and kw["n"] == 37
+
+
+@pytest.mark.parametrize("declaration,expect", [
+    (DECLARATION.replace('reference = "toyt.reference:norm"', 'reference = "TODO"'), "still \"TODO\""),
+    (DECLARATION.replace('launchers = ["norm"]', 'launchers = ["norm", "norm_backward"]'), "never called"),
+    (DECLARATION + "protected = true\n", "protected"),
+])
+def test_bad_declarations_exit_2_and_write_nothing(tmp_path, capsys, declaration, expect):
+    root = checkout(tmp_path / "co", declaration)
+    with (root / "toyt/ops/norm.py").open("a") as f:  # a launcher the workload never calls
+        f.write("\n\ndef norm_backward(dy, x, eps):\n    return norm(dy, eps)\n")
+    before = sorted(p.relative_to(root) for p in root.rglob("*"))
+    path = tmp_path / "norm.py"
+    path.write_text(NORM)
+    assert verify_command("norm", path, repo=root) == 2
+    err = capsys.readouterr().err
+    assert expect in err and len(err.strip().splitlines()) == 1, err
+    assert sorted(p.relative_to(root) for p in root.rglob("*")) == before
+
+
+def test_an_unknown_op_exits_2(root, tmp_path, capsys):
+    path = tmp_path / "norm.py"
+    path.write_text(NORM)
+    assert verify_command("nope", path, repo=root) == 2
+    assert "no [ops.nope]; declared ops: norm" in capsys.readouterr().err
