@@ -66,7 +66,7 @@ class _Cursor:
                 size = np.dtype(_NUMPY[itype]).itemsize * n
                 if self.pos + size > len(self.buf):
                     raise ValueError(f"an array of {n} values runs past the end of the file")
-                arr = np.frombuffer(self.buf, dtype=_NUMPY[itype], count=n, offset=self.pos)
+                arr: np.ndarray = np.frombuffer(self.buf, dtype=_NUMPY[itype], count=n, offset=self.pos)
                 self.pos += size
                 return arr.tolist()
             return [self.value(itype) for _ in range(n)]
@@ -77,7 +77,7 @@ def read(path: str | Path) -> GGUFFile:
     """Parse `path`. ValueError (or struct.error) for a file that is not GGUF v2/v3 or is cut short."""
     from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
     mm = np.memmap(path, dtype=np.uint8, mode="r")
-    c = _Cursor(memoryview(mm))
+    c = _Cursor(mm.data)  # a memoryview of the mapping
     if bytes(c.buf[:4]) != MAGIC:
         raise ValueError("no GGUF magic")
     c.pos = 4

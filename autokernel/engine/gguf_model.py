@@ -148,8 +148,8 @@ def load(path: str | Path | None = None, weights: str = "quant", dtype: torch.dt
             q = _split_q4_1(t.data, *shape)
             tensors[t.name] = Q4_1(q.qs.to(device), q.d.to(device), q.m.to(device))
         elif weights == "quant" and ttype == "Q8_0" and t.name == "token_embd.weight":
-            q = _split_q8_0(t.data, *shape)
-            tensors[t.name] = Q8_0(q.qs.to(device), q.scales.to(device))
+            q8 = _split_q8_0(t.data, *shape)
+            tensors[t.name] = Q8_0(q8.qs.to(device), q8.scales.to(device))
         else:
             w = _dequant(t).reshape(shape)
             tensors[t.name] = w.to(device=device, dtype=torch.float32 if w.dim() == 1 else dtype)

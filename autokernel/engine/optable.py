@@ -57,6 +57,13 @@ def load_launcher(op: str, backend: str) -> Callable:
     raise UserError(f"unknown kernels backend {backend!r}: use one of {', '.join(BACKENDS)}")
 
 
+def _launcher(op: str, backend: str, override: str | Path | Callable | None) -> Callable:
+    """The op's launcher: the backend's, or an override (a launcher itself, or the file of a candidate kernel)."""
+    if override is None:
+        return load_launcher(op, backend)
+    return override if callable(override) else load_file(op, override)
+
+
 class OpTable:
     def __init__(self, backend: str = "triton", overrides: dict[str, str | Path | Callable] | None = None):
         if backend not in BACKENDS:
@@ -67,9 +74,7 @@ class OpTable:
         if unknown:
             raise UserError(f"override for unknown op {unknown[0]!r}; known ops: {', '.join(opspecs.OPS)}")
         # an overridden op's own kernel is never loaded: its candidate is the one module kernels.<op>
-        self.launchers: dict[str, Callable] = {
-            op: load_launcher(op, backend) if op not in overrides
-            else overrides[op] if callable(overrides[op]) else load_file(op, overrides[op]) for op in opspecs.OPS}
+        self.launchers: dict[str, Callable] = {op: _launcher(op, backend, overrides.get(op)) for op in opspecs.OPS}
         self.observer: Observer | None = None
 
     def __call__(self, op: str, site: str, *args):

@@ -69,7 +69,7 @@ def draw(gen: torch.Generator, lo: float, hi: float, common: tuple[float, ...] =
 
 def upcast(kwargs: dict[str, Any]) -> dict[str, Any]:
     """The float64 copy of a call's arguments, for the reference that errors are measured against."""
-    out = {}
+    out: dict[str, Any] = {}
     for k, v in kwargs.items():
         if isinstance(v, torch.Tensor) and v.is_floating_point():
             out[k] = v.detach().to(torch.float64)
