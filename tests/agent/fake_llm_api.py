@@ -146,8 +146,83 @@ def raw(body: bytes, content_type: str = "application/json", code: int = 200) ->
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
+    api: FakeAPI  # set by FakeAPI before the first request
 
     def handle_error(self, request, client_address):  # a client closing its keep-alive socket is not an error
+        pass
+
+
+class _Handler(BaseHTTPRequestHandler):
+    """One request to the FakeAPI that owns the server: its script, its record of requests."""
+    protocol_version = "HTTP/1.1"
+    server: _Server
+
+    @property
+    def api(self) -> FakeAPI:
+        return self.server.api
+
+    def do_POST(self):  # http.server's naming
+        n = int(self.headers.get("content-length") or 0)
+        raw_body = self.rfile.read(n)
+        with self.api._lock:
+            try:
+                body = json.loads(raw_body or b"{}")
+            except ValueError:
+                body = {"_raw": raw_body.decode(errors="replace")}
+            self.api.requests.append(Request(self.path, {k.lower(): v for k, v in self.headers.items()}, body))
+            reply = self.api.script.pop(0) if self.api.script else status(500, "script exhausted", None)
+        try:
+            self.send(reply)
+        except OSError:  # the client gave up (a deadline): nothing more to send
+            self.close_connection = True
+
+    def send(self, reply: Reply):
+        broken = reply.drop_after is not None or reply.stall_after is not None
+        self.send_response(reply.status)
+        self.send_header("content-type", reply.content_type)
+        self.send_header(*(("transfer-encoding", "chunked") if broken
+                           else ("content-length", str(len(reply.body)))))
+        for k, v in reply.headers.items():
+            self.send_header(k, v)
+        self.end_headers()
+        if not broken:
+            self.wfile.write(reply.body)
+            return
+        events = [e + b"\n\n" for e in reply.body.split(b"\n\n") if e.strip()]
+        for i, event in enumerate(events):
+            if i == reply.drop_after:  # the connection dies: no terminating chunk
+                self.wfile.flush()
+                self.connection.shutdown(socket.SHUT_RDWR)
+                self.close_connection = True
+                return
+            if i == reply.stall_after:
+                self.stall(reply)
+            self.chunk(event)
+        self.chunk(b"")
+
+    def stall(self, reply: Reply):
+        end = time.monotonic() + reply.stall_s
+        while not self.api.closing.is_set() and time.monotonic() < end:
+            self.api.closing.wait(min(reply.ping_s or reply.stall_s, max(0.0, end - time.monotonic())))
+            if reply.ping_s and time.monotonic() < end:
+                self.chunk(b": ping\n\n")
+
+    def chunk(self, data: bytes):
+        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+        self.wfile.flush()
+
+    def do_GET(self):  # both APIs list the models a key may use
+        self.api.requests.append(Request(self.path, {k.lower(): v for k, v in self.headers.items()}, {}))
+        if self.api.models_reply is not None:
+            return self.send(self.api.models_reply)
+        body = json.dumps({"object": "list", "has_more": False, "data": [
+            {"id": m, "object": "model", "type": "model", "created": 0, "owned_by": "fake",
+             "display_name": m, "created_at": "2025-01-01T00:00:00Z"} for m in self.api.models],
+            "first_id": self.api.models[0] if self.api.models else None,
+            "last_id": self.api.models[-1] if self.api.models else None}).encode()
+        self.send(Reply(200, body, "application/json"))
+
+    def log_message(self, *args):  # keep pytest output clean
         pass
 
 
@@ -162,83 +237,15 @@ class Request:
 class FakeAPI:
     """`with FakeAPI(script) as api:` serves the replies in order on api.base_url; api.requests records the calls."""
 
-    def __init__(self, script: list[Reply], models: tuple[str, ...] = ("fake-model",),  # noqa: C901 -- one branch per wire route
+    def __init__(self, script: list[Reply], models: tuple[str, ...] = ("fake-model",),
                  models_reply: Reply | None = None):
         """`models`: what GET .../models lists (in both APIs' shapes); `models_reply` replaces that answer."""
         self.script, self.models, self.models_reply = list(script), models, models_reply
         self.requests: list[Request] = []
         self._lock = threading.Lock()
         self.closing = threading.Event()  # releases stalled replies when the test ends
-        api = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def do_POST(self):  # http.server's naming
-                n = int(self.headers.get("content-length") or 0)
-                raw_body = self.rfile.read(n)
-                with api._lock:
-                    try:
-                        body = json.loads(raw_body or b"{}")
-                    except ValueError:
-                        body = {"_raw": raw_body.decode(errors="replace")}
-                    api.requests.append(Request(self.path, {k.lower(): v for k, v in self.headers.items()}, body))
-                    reply = api.script.pop(0) if api.script else status(500, "script exhausted", None)
-                try:
-                    self.send(reply)
-                except OSError:  # the client gave up (a deadline): nothing more to send
-                    self.close_connection = True
-
-            def send(self, reply: Reply):
-                broken = reply.drop_after is not None or reply.stall_after is not None
-                self.send_response(reply.status)
-                self.send_header("content-type", reply.content_type)
-                self.send_header(*(("transfer-encoding", "chunked") if broken
-                                   else ("content-length", str(len(reply.body)))))
-                for k, v in reply.headers.items():
-                    self.send_header(k, v)
-                self.end_headers()
-                if not broken:
-                    self.wfile.write(reply.body)
-                    return
-                events = [e + b"\n\n" for e in reply.body.split(b"\n\n") if e.strip()]
-                for i, event in enumerate(events):
-                    if i == reply.drop_after:  # the connection dies: no terminating chunk
-                        self.wfile.flush()
-                        self.connection.shutdown(socket.SHUT_RDWR)
-                        self.close_connection = True
-                        return
-                    if i == reply.stall_after:
-                        self.stall(reply)
-                    self.chunk(event)
-                self.chunk(b"")
-
-            def stall(self, reply: Reply):
-                end = time.monotonic() + reply.stall_s
-                while not api.closing.is_set() and time.monotonic() < end:
-                    api.closing.wait(min(reply.ping_s or reply.stall_s, max(0.0, end - time.monotonic())))
-                    if reply.ping_s and time.monotonic() < end:
-                        self.chunk(b": ping\n\n")
-
-            def chunk(self, data: bytes):
-                self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
-                self.wfile.flush()
-
-            def do_GET(self):  # both APIs list the models a key may use
-                api.requests.append(Request(self.path, {k.lower(): v for k, v in self.headers.items()}, {}))
-                if api.models_reply is not None:
-                    return self.send(api.models_reply)
-                body = json.dumps({"object": "list", "has_more": False, "data": [
-                    {"id": m, "object": "model", "type": "model", "created": 0, "owned_by": "fake",
-                     "display_name": m, "created_at": "2025-01-01T00:00:00Z"} for m in api.models],
-                    "first_id": api.models[0] if api.models else None,
-                    "last_id": api.models[-1] if api.models else None}).encode()
-                self.send(Reply(200, body, "application/json"))
-
-            def log_message(self, *args):  # keep pytest output clean
-                pass
-
-        self.server = _Server(("127.0.0.1", 0), Handler)
+        self.server = _Server(("127.0.0.1", 0), _Handler)
+        self.server.api = self
         self.base_url = f"http://127.0.0.1:{self.server.server_address[1]}"
         self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
