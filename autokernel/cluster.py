@@ -201,7 +201,7 @@ class RayCluster:
     def verify(self, op: str, candidate, **kw):
         res = self.gate_jobs([GateJob(op, Path(candidate), kw)])[0]
         if not res.ok:
-            raise res.meta.get("exception") or ClusterError(res.reason, f"gate job for {op} "
+            raise res.meta.get("exception") or ClusterError(res.reason or "cluster.error", f"gate job for {op} "
                                                             f"({Path(candidate).name}): {res.detail}")
         return res.value
 
@@ -213,7 +213,8 @@ class RayCluster:
         task = ray.remote(bench_on_node).options(**self._options("bench"))
         res = self._gather([task.remote(op, files, incumbent.read_bytes(), cases, policy)], "bench")[0]
         if not res.ok:  # IncumbentFailed and the like come back as raised by the trusted code on the node
-            raise res.meta.get("exception") or ClusterError(res.reason, f"bench job for {op}: {res.detail}")
+            raise res.meta.get("exception") or ClusterError(res.reason or "cluster.error", f"bench job for {op}: "
+                                                            f"{res.detail}")
         return _land_measurement(res.value, res.meta, Path(job_root), [Path(c) for c in candidates], incumbent)
 
     def _gather(self, refs: list, kind: str) -> list[JobResult]:
@@ -351,7 +352,7 @@ def gate_on_node(op: str, name: str, source: bytes, kernels: dict | None, kw: di
         cand.write_bytes(source)
         v = verify(op, cand, run_dir=tmp / "run", kernels_dir=kdir, **kw)
         meta["ended"] = time.time()
-        meta["evidence"] = _evidence(Path(v.run_dir))
+        meta["evidence"] = _evidence(Path(v.run_dir or tmp / "run"))  # the verdict records the run_dir it was given
         return v, meta
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
