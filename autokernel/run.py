@@ -64,10 +64,12 @@ class RunState:
     trace: str | None = None
     ops: list[str] = field(default_factory=list)
     done: dict[str, dict] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)  # op -> why the run did not try it (fits, searchable)
 
     def save(self) -> None:
         tmp = self.run_dir / "state.json.tmp"
-        tmp.write_text(json.dumps({"trace": self.trace, "ops": self.ops, "done": self.done}, indent=1))
+        tmp.write_text(json.dumps({"trace": self.trace, "ops": self.ops, "done": self.done,
+                                   "skipped": self.skipped}, indent=1))
         tmp.replace(self.run_dir / "state.json")
 
     @classmethod
@@ -76,7 +78,7 @@ class RunState:
         if not f.is_file():
             raise UserError(f"{run_dir}: not an autokernel run directory (no state.json); runs live in sandbox/run-*")
         d = json.loads(f.read_text())
-        return cls(run_dir, d.get("trace"), d.get("ops", []), d.get("done", {}))
+        return cls(run_dir, d.get("trace"), d.get("ops", []), d.get("done", {}), d.get("skipped", {}))
 
 
 @dataclass
@@ -414,7 +416,7 @@ def deliver(out: OpOutcome, state: RunState, layout: paths.Layout, branch: str) 
 CPU_GATE_AND_BENCH_S = 130.0
 
 
-def fits(op: str, t: dict, pol, console: Console) -> bool:
+def fits(op: str, t: dict, pol, console: Console, skipped: dict | None = None) -> bool:
     """On the CPU interpreter, can one candidate be gated and benchmarked within its share of the session's wall
     budget (agent.max_wall_s / agent.max_iterations)?
 
@@ -430,16 +432,23 @@ def fits(op: str, t: dict, pol, console: Console) -> bool:
     need_s = CPU_GATE_AND_BENCH_S + e2e_s
     per_candidate_s = pol.agent.max_wall_s / pol.agent.max_iterations
     if need_s > per_candidate_s:
-        console.print(f"[yellow]skipping {op}: one candidate would take ~{need_s:.0f} s on the Triton interpreter "
-                      f"(gate and bench ~{CPU_GATE_AND_BENCH_S:.0f} s measured, its end-to-end check ~{e2e_s:.0f} s) "
-                      f"and the budget is {per_candidate_s:.0f} s a candidate (agent.max_wall_s "
-                      f"{pol.agent.max_wall_s:g} / agent.max_iterations {pol.agent.max_iterations}); `autokernel run "
-                      f"--op {op}` tries it anyway[/]")
-        return False
+        return _skip(op, f"one candidate would take ~{need_s:.0f} s on the Triton interpreter (gate and bench "
+                         f"~{CPU_GATE_AND_BENCH_S:.0f} s measured, its end-to-end check ~{e2e_s:.0f} s) and the budget "
+                         f"is {per_candidate_s:.0f} s a candidate (agent.max_wall_s {pol.agent.max_wall_s:g} / "
+                         f"agent.max_iterations {pol.agent.max_iterations}); `autokernel run --op {op}` tries it "
+                         "anyway", console, skipped)
     return True
 
 
-def searchable(op: str, provider: str, layout: paths.Layout, console: Console) -> bool:
+def _skip(op: str, why: str, console: Console, skipped: dict | None) -> bool:
+    """Say why `op` is not tried (and keep it for the run's report: RunState.skipped); False."""
+    console.print(f"[yellow]skipping {op}: {markup(why)}[/]", soft_wrap=True)
+    if skipped is not None:
+        skipped[op] = why
+    return False
+
+
+def searchable(op: str, provider: str, layout: paths.Layout, console: Console, skipped: dict | None = None) -> bool:
     """Can the agent work on this op? The offline search only retunes launch meta-parameters (agent/search.py
     find_knobs); a kernel with none gives it nothing to try, so the op is skipped (an LLM provider rewrites it) and
     the run's top_k_ops are ops it can work on."""
@@ -448,9 +457,8 @@ def searchable(op: str, provider: str, layout: paths.Layout, console: Console) -
     from autokernel.agent.search import find_knobs
     if find_knobs(layout.read_kernel(op), launch_options=device.is_cuda()):
         return True
-    console.print(f"[yellow]skipping {op}: its kernel has no launch meta-parameters for the offline search to "
-                  "retune; an LLM agent (--agent) can rewrite it[/]")
-    return False
+    return _skip(op, "its kernel has no launch meta-parameters for the offline search to retune; an LLM agent "
+                     "(--agent) can rewrite it", console, skipped)
 
 
 def context(*, agent, model, base_url, repo, policy_file, console, yes=False, interactive=False, llm=None,
@@ -523,8 +531,9 @@ def pipeline(ctx: Context, *, op: Optional[str], resume: Optional[Path], trace: 
     ranked = rank_mod.rank(t, pol)
     print_rank(t, ranked)
     if not state.ops:
-        state.ops = [op] if op else [r.op for r in ranked if r.status == "target" and fits(r.op, t, pol, console)
-                                     and searchable(r.op, ctx.settings.provider, layout, console)
+        state.ops = [op] if op else [r.op for r in ranked if r.status == "target"
+                                     and fits(r.op, t, pol, console, state.skipped)
+                                     and searchable(r.op, ctx.settings.provider, layout, console, state.skipped)
                                      ][: pol.agent.top_k_ops]
         state.save()
     outcomes = progress.outcomes
@@ -678,7 +687,8 @@ def write_nightly(out: Path, progress: Progress, prs: list[str], failure: BaseEx
     (out / "pr.md").write_text(nightly_report(state, outcomes, error))
     (out / "summary.json").write_text(json.dumps({
         "run_dir": state and str(state.run_dir), "trace": state and state.trace, "device": device.fingerprint(),
-        "outcomes": [o.__dict__ for o in outcomes], "pull_requests": prs, "error": error}, indent=1, default=str))
+        "outcomes": [o.__dict__ for o in outcomes], "skipped": state.skipped if state else {},
+        "pull_requests": prs, "error": error}, indent=1, default=str))
     committed = sum(o.status == "committed" for o in outcomes)
     console.print(f"nightly: {committed} commit(s); wrote {out / 'summary.json'} and {out / 'pr.md'}", soft_wrap=True,
                   markup=False)
@@ -709,6 +719,12 @@ def nightly_report(state: RunState | None, outcomes: list[OpOutcome], error: str
                 "raise `agent.max_wall_s` if this happens every night.\n")
     lines = [f"- {o.op}: {_tried_text(o.tried)}" if o.tried else f"- {o.op}: {o.status}: {inert(line(o.detail, 300))}"
              for o in outcomes]
+    skipped = [f"- {op}: {why}" for op, why in (state.skipped if state else {}).items()]
+    if not outcomes and skipped:
+        return ("# autokernel nightly: nothing tried\n\nEvery op the ranking offered was skipped before a session "
+                "started:\n\n" + "\n".join(skipped) + "\n")
+    if skipped:
+        lines += ["", "Skipped, not tried:", *skipped]
     return ("# autokernel nightly: no improvement\n\nNo candidate both passed the gate and won the benchmark. "
             "What was tried (op: candidates judged, the verdict reason codes, the best weighted speedup measured):"
             "\n\n" + "\n".join(lines or ["- no op was tried"]) + "\n")

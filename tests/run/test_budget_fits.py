@@ -43,3 +43,22 @@ def test_the_shipped_policy_fits_a_candidate_of_the_ops_it_can_judge():
     assert fits("rmsnorm", pol)[0] and fits("attention_decode", pol)[0]
     ok, said = fits("matmul_q4_1", pol)  # its end-to-end check alone: ~221 s under the interpreter
     assert not ok and "its end-to-end check ~221 s" in said
+
+
+def test_a_nightly_that_skipped_every_op_says_why_not_no_improvement(tmp_path):
+    """The real CPU nightly of a checkout still at the old budget (300 s / 3) skipped every op and its pr.md said
+    "no improvement ... no op was tried" with no reason: the skips are kept in the run's state and reported."""
+    from delivery_doubles import ScriptedModel, StubEvaluator, write_trace
+
+    from autokernel import paths
+    (tmp_path / "kernels").mkdir()
+    (tmp_path / "kernels" / "rmsnorm.py").write_text((ROOT / "kernels" / "rmsnorm.py").read_text())
+    pol = Policy.model_validate({"agent": {"max_wall_s": 300, "max_iterations": 3}})
+    ctx = run.Context(paths.Layout(tmp_path), pol, pol.agent, ScriptedModel([]),
+                      lambda op_dir, *a: StubEvaluator(op_dir), Console(file=io.StringIO()), yes=True)
+    state, outcomes = run.pipeline(ctx, op=None, resume=None, trace=write_trace(tmp_path / "t"))
+    assert outcomes == [] and "budget is 100 s a candidate" in state.skipped["rmsnorm"]
+    assert run.RunState.load(state.run_dir).skipped == state.skipped
+    text = run.nightly_report(state, outcomes)
+    assert text.startswith("# autokernel nightly: nothing tried\n") and "no improvement" not in text
+    assert "- rmsnorm: one candidate would take ~130 s on the Triton interpreter" in text
