@@ -402,6 +402,10 @@ def run(spec: OpSpec, candidate: Path, job_dir: Path, limits, seed: int, planned
         note += (f"; vouched up to {reach['dim']} = {reach['vouched']} of production's {reach['production']} "
                  f"(a call at {reach['rows']} would take ~{reach['est_s']:.0f} s under the interpreter and "
                  f"~{reach['need_mb']} MB; the gate on a GPU checks it)")
+    left = len(coverage.missing(runner.exempt, runner.seen, not device.is_cuda())) if runner.exempt else 0
+    if left:  # a target's unchanged statements no input reached here (coverage.incumbents)
+        note += (f"; {left} coverage site(s) in statements kept verbatim from the incumbent were not reached here "
+                 "(NOT CHECKED: the incumbent's code, as production runs it)")
     numeric = StageResult.ok("numeric", f"{runner.cases} cases ({len(shapes)} shapes x dtypes x distributions), "
                                         f"{runner.calls} calls in {runner.jobs} jobs: every element within "
                                         f"tolerance, {det}, no cache{note}",

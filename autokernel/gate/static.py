@@ -36,7 +36,7 @@ class Finding:
     reason: str
     line: int
     detail: str
-    node: str = ""  # the offending node, position-free (ast.dump): a target's incumbent may excuse it (find)
+    node: str = field(default="", compare=False)  # what a target's incumbent must share to excuse it (_node_key)
 
     def text(self) -> str:
         return f"line {self.line}: {self.detail}" if self.line else self.detail
@@ -61,10 +61,10 @@ def check_source(source: str | bytes, op: str, reference_launcher: Path | None =
     (autokernel/target/contract.py), `op` its launcher: what the incumbent file itself does is excused (excused)."""
     if policy is not None:
         allow_inline_asm = bool(getattr(getattr(policy, "gate", None), "allow_inline_asm", allow_inline_asm))
-    findings = find(source, op, reference_launcher, allow_inline_asm=allow_inline_asm)
+    findings = find(source, op, reference_launcher, allow_inline_asm=allow_inline_asm, relative=relative)
     if relative and reference_launcher is not None:
         findings = excused(findings, find(reference_launcher.read_bytes(), op, reference_launcher,
-                                          allow_inline_asm=allow_inline_asm))
+                                          allow_inline_asm=allow_inline_asm, relative=True))
     if not findings:
         return StageResult.ok("static", "the file is a kernel file: imports, constants, kernels and launcher allowed")
     first = findings[0]
@@ -74,7 +74,7 @@ def check_source(source: str | bytes, op: str, reference_launcher: Path | None =
 
 
 def find(source: str | bytes, op: str, reference_launcher: Path | None = None, *,
-         allow_inline_asm: bool = False) -> list[Finding]:
+         allow_inline_asm: bool = False, relative: bool = False) -> list[Finding]:
     """Every finding, most telling first (REASON_ORDER, then line)."""
     if len(source) > MAX_SOURCE_BYTES:
         return [Finding("static.syntax", 0, f"{len(source)} bytes: larger than any kernel file "
@@ -86,7 +86,7 @@ def find(source: str | bytes, op: str, reference_launcher: Path | None = None, *
     except (ValueError, RecursionError, MemoryError) as e:
         return [Finding("static.syntax", 0, f"does not parse: {type(e).__name__}")]
     incumbent = _incumbent(op, reference_launcher)
-    facts = Facts(op=op, allow_inline_asm=allow_inline_asm, reference=_reference(op, incumbent),
+    facts = Facts(op=op, allow_inline_asm=allow_inline_asm, reference=_reference(op, incumbent), relative=relative,
                   reinterpret=static_common.reinterpretations(incumbent) if incumbent else frozenset())
     try:
         _check_module(tree, facts)
@@ -94,6 +94,20 @@ def find(source: str | bytes, op: str, reference_launcher: Path | None = None, *
         facts.add("static.syntax", None, "nested too deeply to check")
     out = sorted(set(facts.findings), key=lambda f: (REASON_ORDER.index(f.reason), f.line, f.detail))
     return out
+
+
+def _node_key(node) -> str:
+    """What an incumbent's finding must share with a candidate's to excuse it (excused): the node, position-free;
+    for a call, its callee (the incumbent calls its helper `calculate_settings` or libdevice's `rsqrt`: a candidate
+    may call them, on other arguments too); for a `with`, its header (the body's statements are checked one by
+    one)."""
+    if not isinstance(node, ast.AST):
+        return ""
+    if isinstance(node, ast.Call):
+        return "call " + ast.dump(node.func)
+    if isinstance(node, (ast.With, ast.AsyncWith)):
+        return "with " + ast.dump(ast.Tuple(elts=[i.context_expr for i in node.items], ctx=ast.Load()))
+    return ast.dump(node)
 
 
 def excused(findings: list[Finding], incumbent: list[Finding]) -> list[Finding]:
@@ -125,6 +139,7 @@ class Facts:
     op: str
     allow_inline_asm: bool
     reference: dict[str, dict]  # launcher name -> its parameters in the incumbent (see _params)
+    relative: bool = False  # a target's file, judged relative to its incumbent (excused): `with` bodies are checked
     reinterpret: frozenset[str] = frozenset()  # bit reinterpretation the incumbent uses (static_common.reinterpret)
     aliases: dict[str, str] = field(default_factory=dict)  # local name -> qualified: tl -> triton.language
     jit: dict[str, ast.FunctionDef] = field(default_factory=dict)
@@ -134,8 +149,7 @@ class Facts:
     rejected: dict[str, int] = field(default_factory=dict)  # names bound by a rejected statement -> its line
 
     def add(self, reason: str, node: ast.AST | None, detail: str) -> None:
-        self.findings.append(Finding(reason, getattr(node, "lineno", 0) or 0, detail,
-                                     ast.dump(node) if isinstance(node, ast.AST) else ""))
+        self.findings.append(Finding(reason, getattr(node, "lineno", 0) or 0, detail, _node_key(node)))
 
     def qual(self, node: ast.AST) -> str | None:
         """`tl.sum` -> "triton.language.sum" when rooted in an import; a dtype constant -> its dtype."""

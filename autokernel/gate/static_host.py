@@ -205,6 +205,8 @@ class _Host(Kinds, BadStatement):
             self.add("static.forbidden_syntax", s, "while in the launcher: loop over range(...) (bounded)")
         else:
             self.add("static.forbidden_syntax", s, f"{kind} statement: not part of a launcher")
+            if isinstance(s, ast.With) and self.facts.relative:  # a target's `with device_context(...)`: the
+                self.body(s.body)  # header is excused as the incumbent's (static.excused); its body is checked
 
     def raise_(self, s: ast.Raise) -> None:
         e = s.exc
