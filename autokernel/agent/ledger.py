@@ -282,8 +282,8 @@ class Ledger:
                                                    and all(isinstance(x, (int, float)) for x in ci)) else ""
             why = ("implausible (faster than the roofline or the policy's implausible factor allows)"
                    if e.get("implausible") else "the interval's lower bound did not clear the policy's min_speedup")
-            out.append(f"  - {_quoted(str(e['sha256'])[:8], 8)}: speedup {e['speedup']:.3f}x{ci}; lost: {why}; run "
-                       f"{_quoted(e.get('run') or '?', 60)}")
+            out.append(f"  - {_quoted(str(e['sha256'])[:8], 8)}: speedup {e['speedup']:.3f}x{ci}; lost: {why}; judged "
+                       f"{_quoted(e.get('time') or '?', 20)}")
         best = self.archived(op, str(near[0]["sha256"])) if incumbent is not None else None
         if best is not None:
             diff = list(difflib.unified_diff(incumbent.splitlines(), best.splitlines(), f"a/kernels/{op}.py",

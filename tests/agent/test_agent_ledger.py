@@ -168,7 +168,7 @@ def test_the_next_prompt_shows_near_misses_with_the_best_as_a_diff(tmp_path):
     task = model.seen[0][1]["content"]
     assert "Near misses: 1 source(s) passed the whole gate and then lost the benchmark" in task
     assert f'"{sha256(GOOD)[:8]}": speedup 1.000x [0.950, 1.050]; lost: the interval\'s lower bound' in task
-    assert "run \"run1\"" in task and "\"static.forbidden_import\" (1x)" in task
+    assert "; judged \"20" in task and "\"static.forbidden_import\" (1x)" in task  # when, not the session's dir
     diff = task.split("```diff\n")[1].split("\n```")[0]
     assert "+++ b/kernels/rmsnorm.py (near miss" in diff and any(
         x.startswith("+") and "num_warps=8" in x for x in diff.splitlines())
