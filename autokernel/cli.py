@@ -70,13 +70,15 @@ def bench(
                                                         "`git show BASE:kernels/<op>.py`."),
     policy_file: Optional[Path] = typer.Option(None, "--policy", help="policies.yaml to use instead of the "
                                                                       "checkout's (trusted: your own choice)."),
+    repo: Optional[Path] = typer.Option(None, help="A target checkout with an autokernel.toml: OP is one of its "
+                                                   "declared ops, the incumbent its file (docs/targets.md)."),
 ):
     """A/B timing of the incumbent against candidates, each file in fresh sandboxed processes, with confidence
     intervals over rounds. Exit 0 if one wins; 1 if none wins or the gate's static stage refuses a candidate (then
     nothing is timed); 2 on bad input."""
     from autokernel.bench.command import bench_command
     raise typer.Exit(bench_command(op, list(candidates or []), trace, as_json, incumbent=incumbent,
-                                   policy_file=policy_file))
+                                   policy_file=policy_file, repo=repo))
 
 
 @app.command("agent")

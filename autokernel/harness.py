@@ -35,6 +35,11 @@ import torch
 
 from autokernel import kernel_loader
 
+if sys.version_info >= (3, 11):
+    from typing import NotRequired
+else:  # Python 3.10 (requires-python): typing_extensions comes with torch
+    from typing_extensions import NotRequired
+
 # Bound before any candidate code runs: what a Snapshot reads through (a candidate replacing threading.enumerate or
 # os.environ later changes nothing here).
 _enumerate_threads, _environ, _vars, _modules = threading.enumerate, os.environ, vars, sys.modules
@@ -116,6 +121,9 @@ class BenchPayload(TypedDict):
     cases: list[dict]  # [{shape: {dim: size}, dtype: name}]
     seed: int
     reps: int
+    # a target checkout's kernel file (autokernel/target/bench.py): its input sets are files the parent made
+    # (autokernel/bench/job.py POOL_FILE); absent for autokernel's own kernels
+    target: NotRequired[TargetKernel]
 
 
 class Kept(TypedDict):
@@ -172,6 +180,18 @@ def launcher(module: types.ModuleType, op: str) -> types.FunctionType:
         return kernel_loader.launcher_of(module, op)
     except kernel_loader.KernelLoadError as e:
         raise Reject("runtime.bad_launcher", str(e)) from None
+
+
+def preload(modules) -> None:
+    """Import a target's incumbent's imports (autokernel/target/contract.py, imported) before the first snapshot: what
+    the checkout's libraries change when imported is theirs, not the candidate's. One that fails to import is left for
+    the candidate's own import to fail on."""
+    import importlib
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001 -- reported by the candidate's import
+            continue
 
 
 def warm_launch(device: str, launching=nullcontext) -> None:

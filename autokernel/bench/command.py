@@ -90,7 +90,7 @@ def _print_refused(op: str, refused: list[tuple[Path, object]], as_json: bool) -
 
 def bench_command(op: str, candidates: list[Path], trace: Path | None, as_json: bool, *,
                   policy: policy_mod.Policy | None = None, job_root: Path | None = None,
-                  incumbent: Path | None = None, policy_file: Path | None = None) -> int:
+                  incumbent: Path | None = None, policy_file: Path | None = None, repo: Path | None = None) -> int:
     """Benchmark kernels/OP.py against each candidate and print a table (or JSON).
 
     `policy` defaults to policy.for_checkout on the target checkout (or `policy_file`, --policy); `job_root` (where
@@ -98,7 +98,12 @@ def bench_command(op: str, candidates: list[Path], trace: Path | None, as_json: 
     there is no checkout here); `incumbent` to that checkout's kernels/OP.py (another file, e.g. the base commit's
     kernel from `git show`, compares a branch against its base). Exit 2 (with --json, a JSON error object too) on
     bad input: an incumbent that is not a regular file of the checkout, or does not parse, is named, never quoted.
+    `repo`: a target checkout with an autokernel.toml; OP is one of its declared ops (autokernel/target/bench.py).
     """
+    if repo is not None:
+        from autokernel.target.bench import bench_target
+        return bench_target(Path(repo), op, candidates, trace, as_json, policy=policy, policy_file=policy_file,
+                            incumbent=incumbent, run_dir=job_root)
     candidates = [Path(c) for c in candidates]
     try:
         layout = paths.target()
@@ -135,13 +140,15 @@ def _ci(x: Interval | None, fmt: str = ".3g") -> str:
     return "" if x is None else f"{x.est:{fmt}} [{x.lo:{fmt}}–{x.hi:{fmt}}]"
 
 
-def render(m: Measurement, console: Console) -> None:
+def render(m: Measurement, console: Console, incumbent: str | None = None, flops: bool = True) -> None:
+    """The tables and verdicts; `incumbent` names the incumbent (default kernels/<op>.py; a target's own file);
+    flops=False: the op declares no FLOP count (a target's), its GFLOP/s column stays empty."""
     inc = m.files[0] if m.files and m.files[0].role == "incumbent" else None
     cands = [f for f in m.files if f.role == "candidate"] or ([None] if inc else [])
     conf = f"{m.policy['confidence']:.0%} CI"
+    base = incumbent or f"kernels/{m.op}.py"
     for c in cands:
-        title = (f"{m.op}: {one_line(Path(c.path).name)} vs kernels/{m.op}.py" if c else
-                 f"{m.op}: kernels/{m.op}.py")
+        title = f"{m.op}: {one_line(Path(c.path).name)} vs {base}" if c else f"{m.op}: {base}"
         t = Table(title=escape(f"{title} — {m.label}"), title_justify="left")
         t.caption = escape(f"[lo–hi]: {conf}")
         for col in ("shape", "dtype", "calls", "rounds", "incumbent ms", "candidate ms", "speedup", "GB/s",
@@ -158,7 +165,8 @@ def render(m: Measurement, console: Console) -> None:
             pct = "" if s.fraction_of_peak is None else f"{100 * s.fraction_of_peak:.3g}"
             t.add_row(*map(escape, (" ".join(f"{a}={b}" for a, b in s.shape.items()), s.dtype, str(s.calls),
                                     str(s.reps), _ci(i.median_ms) if i else "", _ci(s.median_ms) if c else "",
-                                    _ci(s.speedup, ".3f"), f"{s.gbps:.3g}", f"{s.gflops:.3g}", pct, s.implausible)))
+                                    _ci(s.speedup, ".3f"), f"{s.gbps:.3g}", f"{s.gflops:.3g}" if flops else "", pct,
+                                    s.implausible)))
         if m.label == CPU_LABEL:
             t.caption += f"; every time is {m.clock or CPU_LABEL}: what the interpreter does, never GPU speed"
         console.print(t)

@@ -87,6 +87,7 @@ _sync = torch.cuda.synchronize
 _randbelow = secrets.randbelow  # os.urandom underneath: no state in this process to read or predict
 
 POOL = 4  # input sets per shape; every repetition also rescales one (values never repeat)
+POOL_FILE = "pool-{}.pt"  # a target's POOL input sets of case i, made by the parent (its generator runs there only)
 KEEP = 8  # timed outputs per shape returned for the parent to check (all of them when there are no more calls)
 GUARD_EVERY = 8  # timed calls between snapshot comparisons (harness.Snapshot: ~5k objects, ~7 ms each)
 THREAD_JOIN_S = 10.0
@@ -118,9 +119,13 @@ def values(sets: list[dict], seed: int, ci: int, rep: int) -> dict:
 
 class _Guard:
     """The state the file must leave alone (harness.Snapshot: the libraries and clocks, this module, the op's trusted
-    spec and loader, flags, environment, threads), taken before its import; any change is `bench.tampered`."""
+    spec and loader, flags, environment, threads), taken before its import; any change is `bench.tampered`. A
+    target's file (`target`): its module in the checkout, this module and the interpreter layer held strictly."""
 
-    def __init__(self, op: str, spec):
+    def __init__(self, op: str, spec, target: harness.TargetKernel | None = None):
+        if target is not None:
+            self.base = harness.Snapshot(target["module"], (__name__, "autokernel.target.interp"))
+            return
         strict = (__name__, "autokernel.ops.spec", f"autokernel.ops.{op}")
         self.base = harness.Snapshot(kernel_loader.module_name(op), strict, {f"{op} spec": spec})
 
@@ -179,9 +184,10 @@ def _timer(device: str):
 class _Case:
     """One shape: fixed argument buffers (stable pointers) refilled before every call, and the kept outputs."""
 
-    def __init__(self, spec, case: dict, seed: int, ci: int, device: str):
-        self.ci, self.seed = ci, seed
-        self.sets = pool(spec, case, seed, ci)
+    def __init__(self, spec, case: dict, seed: int, ci: int, device: str, sets: list[dict] | None = None,
+                 target: harness.TargetKernel | None = None):
+        self.ci, self.seed, self.target = ci, seed, target
+        self.sets = pool(spec, case, seed, ci) if sets is None else sets  # a target's: the parent's files
         self.buf = {k: v.to(device, copy=True) if isinstance(v, torch.Tensor) else v for k, v in self.sets[0].items()}
         self.clocks: dict[str, list[float]] = {}  # clock name -> one reading per timed call
         self.kept: list[Kept] = []
@@ -201,13 +207,26 @@ class _Case:
         slot = len(self.kept) if len(self.kept) < KEEP else _randbelow(self.seen)
         if slot >= KEEP:
             return
-        outs = list(out) if isinstance(out, (tuple, list)) else [out]
+        outs = _selected(out, self.target)
         copies = [o.detach().to("cpu", copy=True) if type(o) is torch.Tensor else type(o).__name__ for o in outs]
         item: Kept = {"case": self.ci, "rep": rep, "outputs": copies}
         if slot == len(self.kept):
             self.kept.append(item)
         else:
             self.kept[slot] = item
+
+
+def _selected(out, target: harness.TargetKernel | None) -> list:
+    """The call's outputs: what it returned, or for a target's launcher the declared return values, by default every
+    tensor it returned (as the gate's job selects them, autokernel/gate/child.py). One the call did not return is
+    left out: the parent's count check then rejects the file."""
+    outs = list(out) if isinstance(out, (tuple, list)) else [out]
+    if target is None:
+        return outs
+    pick = target.get("outputs")
+    if pick is None:
+        return [o for o in outs if isinstance(o, torch.Tensor)]
+    return [outs[i] for i in pick if i < len(outs)]
 
 
 def _call(fn, timer, case: _Case, rep: int, where: str):
@@ -220,22 +239,28 @@ def _call(fn, timer, case: _Case, rep: int, where: str):
 
 def time_file(payload: BenchPayload, inputs: Path) -> BenchReport:
     """Sandbox entry. payload (harness.BenchPayload): op, cases [{shape, dtype}], seed, reps; the file is
-    inputs/<op>.py. Returns raw figures and, if the file failed, its failure as data (harness.BenchReport)."""
+    inputs/<op>.py. Returns raw figures and, if the file failed, its failure as data (harness.BenchReport).
+    payload["target"]: a target checkout's file instead (_target)."""
     kernel_loader.neutral_process()  # also imports `kernels`: the interpreter switch on a machine without CUDA
     from autokernel.ops import get
     device = "cuda" if torch.cuda.is_available() else "cpu"
     op, seed, reps = payload["op"], int(payload["seed"]), int(payload["reps"])
-    from autokernel.gate.coverage_probe import untimed_autotune
-    untimed_autotune(op)  # under the CPU interpreter: one autotune config per key, by hash (it cannot time several)
-    spec = get(op)
-    cases = [_Case(spec, c, seed, ci, device) for ci, c in enumerate(payload["cases"])]
+    target = payload.get("target")
+    if target is not None:
+        spec, cases, file, module, name = _target(payload, target, Path(inputs), device)
+    else:
+        from autokernel.gate.coverage_probe import untimed_autotune
+        untimed_autotune(op)  # under the CPU interpreter: one autotune config per key, by hash (it cannot time several)
+        spec = get(op)
+        cases = [_Case(spec, c, seed, ci, device) for ci, c in enumerate(payload["cases"])]
+        file, module, name = Path(inputs) / f"{op}.py", None, op
     timer = _timer(device)
     harness.warm_launch(device)  # the interpreter's/driver's lazy set-up predates the snapshot
     out: BenchReport = {"device": device, "failure": None, "cases": []}
-    guard = _Guard(op, spec)
+    guard = _Guard(op, spec, target)
     try:
         try:  # the one loader (harness, autokernel.kernel_loader): as the gate and the engine load the file
-            fn = harness.launcher(harness.import_candidate(op, Path(inputs) / f"{op}.py"), op)
+            fn = harness.launcher(harness.import_candidate(op, file, module=module), name)
         except Reject as r:
             raise Reject("bench.error", f"import failed: {r.detail}") from None
         guard("at import")
@@ -246,6 +271,21 @@ def time_file(payload: BenchPayload, inputs: Path) -> BenchReport:
         out["failure"] = r.record()
     out["cases"] = [{**c.clocks, "kept": c.kept} for c in cases]
     return out
+
+
+def _target(payload: BenchPayload, target: harness.TargetKernel, inputs: Path, device: str):
+    """(spec, cases, file, module, launcher) for a target checkout's file, made ready as the gate's job makes it
+    (autokernel/gate/child.py): the interpreter layer installed, the incumbent's imports imported, the file executed
+    under the checkout's module name (the checkout is on the job's path). The input sets come from the parent's
+    files (the op's generator is built from the workload's records, in the parent)."""
+    from autokernel.target import interp
+    interp.install()  # third-party Triton under the CPU interpreter, before the checkout's modules bind names
+    harness.preload(target.get("preload") or ())
+    seed = int(payload["seed"])
+    cases = [_Case(None, c, seed, ci, device, torch.load(inputs / POOL_FILE.format(ci), weights_only=True), target)
+             for ci, c in enumerate(payload["cases"])]
+    leaf = target["module"].rpartition(".")[2]
+    return None, cases, inputs / f"{leaf}.py", target["module"], target["launcher"]
 
 
 def _warm(fn, timer, cases: list[_Case], guard: _Guard, device: str) -> None:

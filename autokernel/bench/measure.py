@@ -85,9 +85,10 @@ class IncumbentFailed(Exception):
 
 
 def judge(op: str, raw: dict, calls: list[int], bench: Bench, peak: roofline.Peak | None,
-          roles: list[str]) -> list[FileResult]:
-    """Turn the child's raw times into per-file results; file 0 is the incumbent. Pure: tests feed it synthetic data."""
-    spec = get(op)
+          roles: list[str], spec=None) -> list[FileResult]:
+    """Turn the child's raw times into per-file results; file 0 is the incumbent. Pure: tests feed it synthetic data.
+    `spec`: the op's OpSpec (default autokernel.ops.get(op); a target's from autokernel/target/contract.py)."""
+    spec = get(op) if spec is None else spec
     out = []
     for i, st in enumerate(raw["files"]):
         fr = FileResult(st["path"], roles[i], st["status"], st.get("detail", ""))

@@ -95,12 +95,38 @@ class Round:
         self._pools: dict[int, list[dict]] = {}
         self._refs: dict[tuple[int, int], list] = {}
 
+    def pool(self, ci: int) -> list[dict]:
+        if ci not in self._pools:
+            self._pools[ci] = job.pool(self.spec, self.cases[ci], self.seed, ci)
+        return self._pools[ci]
+
     def reference(self, ci: int, rep: int) -> References:
         if (ci, rep) not in self._refs:
-            if ci not in self._pools:
-                self._pools[ci] = job.pool(self.spec, self.cases[ci], self.seed, ci)
-            self._refs[(ci, rep)] = references(self.spec, job.values(self._pools[ci], self.seed, ci, rep))
+            self._refs[(ci, rep)] = references(self.spec, job.values(self.pool(ci), self.seed, ci, rep))
         return self._refs[(ci, rep)]
+
+    def target_inputs(self) -> dict[str, list[dict]]:
+        """A target's jobs get the round's input sets as files (job.POOL_FILE): its generator lives in the parent."""
+        return {job.POOL_FILE.format(ci): self.pool(ci) for ci in range(len(self.cases))}
+
+    def prepare(self, datas: list) -> None:
+        """A target's reference runs in a sandboxed job of its own (autokernel/target/contract.py, ReferenceTable):
+        one job per round, on the value sets of every output the round's jobs kept, before any is judged. What a job
+        sent is read only for (case, repetition) pairs in range, at most job.KEEP per case; check() judges the rest."""
+        prepare = self.spec.extra.get("prepare")
+        if prepare is None:
+            return
+        want: set[tuple[int, int]] = set()
+        for data in datas:
+            cases = data.get("cases") if isinstance(data, dict) and data.get("failure") is None else None
+            for ci, case in enumerate(cases[:len(self.cases)] if isinstance(cases, list) else []):
+                kept = case.get("kept") if isinstance(case, dict) else None
+                for item in kept[:job.KEEP] if isinstance(kept, list) else []:
+                    rep = item.get("rep") if isinstance(item, dict) else None
+                    if type(rep) is int and 0 <= rep < self.reps:
+                        want.add((ci, rep))
+        if want:
+            prepare([job.values(self.pool(ci), self.seed, ci, rep) for ci, rep in sorted(want)])
 
 
 def _series(case, key: str, n: int) -> list[float] | None:
@@ -166,8 +192,15 @@ def _job(op: str, f: Timed, rnd: Round, r: int, k: int, policy: Policy, root: Pa
     name = f"round{r:02d}-{k}-{f.role}{'' if f.role == 'incumbent' else f.path.stem}-{secrets.token_hex(2)}"
     job_dir = root / name
     env = {**toolchain.cuda_env(), **JOB_ENV["cuda"]} if rnd.clock == CLOCK["cuda"] else JOB_ENV["cpu"]
-    job = lockstep.Job(lambda: sandbox.run(ENTRY, payload, job_dir, policy.sandbox, inputs={f"{op}.py": f.source},
-                                           env=env))
+    inputs: dict = {f"{op}.py": f.source}
+    more: dict = {}
+    target = rnd.spec.extra.get("target")
+    if target is not None:  # a target checkout's file: under its module's name, the checkout on the job's path
+        payload["target"] = {k: target[k] for k in ("module", "launcher", "outputs", "written", "preload")}
+        inputs = {Path(target["file"]).name: f.source, **rnd.target_inputs()}
+        more = {"pythonpath": [Path(target["root"])]}
+    job = lockstep.Job(lambda: sandbox.run(ENTRY, payload, job_dir, policy.sandbox, inputs=inputs, env=env,
+                                           **more))
     job.job_dir = job_dir
     return job
 
@@ -208,6 +241,7 @@ def _run_round(op: str, files: list[Timed], rnd: Round, r: int, policy: Policy, 
     else:
         for j in jobs:
             lockstep.run_alone(j)
+    rnd.prepare([j.result.data for j in jobs if j.error is None and j.result is not None and j.result.ok])
     for f, j in sorted(zip(live, jobs), key=lambda x: x[0].role != "incumbent"):  # the incumbent's failure first
         _record(f, rnd, r, j)
 
@@ -241,10 +275,12 @@ def _precise(files: list[Timed], cases: list[dict], target: float) -> bool:
                for f in live)
 
 
-def run_rounds(op: str, files: list[Timed], cases: list[dict], policy: Policy, root: Path, device: str) -> int:
+def run_rounds(op: str, files: list[Timed], cases: list[dict], policy: Policy, root: Path, device: str,
+               spec=None) -> int:
     """Time `files` (the incumbent first) in rounds of fresh jobs; returns the number of rounds. Raises
-    IncumbentFailed when the incumbent's own job fails."""
-    spec = get(op)
+    IncumbentFailed when the incumbent's own job fails. `spec`: the op's OpSpec (default autokernel.ops.get(op); a
+    target's from autokernel/target/contract.py)."""
+    spec = get(op) if spec is None else spec
     for f in files:
         f.times, f.wall = [[] for _ in cases], [[] for _ in cases]
     t0 = time.monotonic()
@@ -266,9 +302,9 @@ def run_rounds(op: str, files: list[Timed], cases: list[dict], policy: Policy, r
 
 
 def measure_rounds(op: str, candidates: list[Path], cases: list[dict], policy: Policy, job_root: Path,
-                   incumbent: Path) -> Measurement:
+                   incumbent: Path, spec=None) -> Measurement:
     """autokernel.bench.measure.measure(): the files are read once (the bytes every job of a file gets), timed in
-    rounds, and judged by measure.judge from the per-round figures."""
+    rounds, and judged by measure.judge from the per-round figures. `spec`: as for run_rounds."""
     fp = device_mod.fingerprint()
     peak = roofline.peak_for(fp)
     device = "cuda" if fp["kind"] == "cuda" else "cpu"
@@ -276,14 +312,14 @@ def measure_rounds(op: str, candidates: list[Path], cases: list[dict], policy: P
     root = Path(job_root) / (time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(3))
     files = [Timed(Path(incumbent), "incumbent", Path(incumbent).read_bytes())]
     files += [Timed(Path(c), "candidate", Path(c).read_bytes()) for c in candidates]
-    n = run_rounds(op, files, cases, policy, root, device)
+    n = run_rounds(op, files, cases, policy, root, device, spec)
     raw = {"device": device,
            "files": [{"path": str(f.path), "status": f.status, "detail": f.detail} for f in files],
            "cases": [{"shape": c["shape"], "dtype": c["dtype"], "reps": len(files[0].times[ci]),
                       "times_ms": [f.times[ci] if f.status == "ok" else [] for f in files],
                       "wall_ms": [f.wall[ci] if f.status == "ok" else [] for f in files]}
                      for ci, c in enumerate(cases)]}
-    judged = judge(op, raw, [c["calls"] for c in cases], policy.bench, peak, [f.role for f in files])
+    judged = judge(op, raw, [c["calls"] for c in cases], policy.bench, peak, [f.role for f in files], spec)
     jobs = [{"file": str(f.path), "role": f.role, **j} for f in files for j in f.jobs]
     isolation = next((j["isolation"] for j in jobs if j["isolation"]), "")
     return Measurement(op, label, fp, asdict(peak) if peak else None, policy.bench.model_dump(), judged,

@@ -1,0 +1,178 @@
+"""`autokernel bench --repo CHECKOUT OP [CANDIDATE.py ...] [--trace TRACE] [--json]`: the benchmark autokernel's own
+kernels get (autokernel/bench: every file in fresh sandboxed processes, interleaved A/B rounds, bootstrap intervals
+over rounds, every kept output checked against the reference in the parent, the CPU-time clock under the
+interpreter labelled as such), on a declared op of a target checkout (docs/targets.md, section 6).
+
+What differs from autokernel's own ops is where the op's description comes from, as for `verify --repo`
+(autokernel/target/gate.py):
+- Cases: the layouts the workload called the op's launcher with (from TRACE's `launcher_calls`, written by
+  `autokernel profile --repo`, else the workload runs once in the sandbox, recorded), each at the token size M it
+  was called at, weighted by its call count: what production sends, nothing the gate's sweep adds.
+- Files: the incumbent is the checkout's file; a candidate is a replacement for it. Each job imports the file under
+  the checkout's module name with the checkout on its path, the interpreter layer installed and the incumbent's
+  imports imported first, and keeps the declared outputs (autokernel/bench/job.py, as the gate's job does).
+- Inputs are made here from the records (contract.spec's generator) and sent to each job as files.
+- Outputs are judged against the checkout's reference, which runs in a sandboxed job of its own once per round on
+  the value sets whose outputs were kept (contract.ReferenceTable); no checkout code runs in this process.
+- The gate's static stage, relative to the incumbent, refuses before anything runs (exit 1, nothing timed).
+Bad input (exit 2, one line): an undeclared op, a missing candidate, a "TODO" reference, a launcher the workload
+never calls, a case past MAX_CASE_BYTES (trust rule 7: the records come from the checkout). Nothing is written into
+the checkout: run directories go to the user's cache.
+"""
+from __future__ import annotations
+
+import json
+import secrets
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+from autokernel import paths
+from autokernel.errors import UserError
+from autokernel.target import contract, discover
+from autokernel.target import declaration as decl
+
+MAX_CASE_BYTES = 1 << 28  # a case's launcher arguments; a generous bound on what one job may be asked to allocate
+
+
+def recorded(root: Path, d: decl.Declaration, op: decl.Op, policy, trace: Path | None,
+             run_dir: Path) -> discover.LauncherCalls:
+    """The op's first launcher's recorded calls: from TRACE (a target's trace, read as untrusted data), else from
+    one run of the workload in the sandbox (autokernel.target.gate.record)."""
+    from autokernel.target import gate
+    if trace is None:
+        return gate.record(root, d, op, policy, run_dir / "workload")
+    from autokernel.profile import trace as trace_mod
+    t = trace_mod.load_trace(trace, check_device=False)  # shapes and counts matter here, not another device's times
+    if not isinstance(t.get("target"), dict):
+        raise UserError(f"{t['_path']}: a trace of the embedded engine, not of a target: pass a trace written by "
+                        f"`autokernel profile --repo {root}`")
+    entry = t["ops"].get(op.name)
+    groups = entry.get("launcher_calls") if isinstance(entry, dict) else None
+    for g in groups if isinstance(groups, list) else []:
+        c = discover._launcher_calls(g, root)
+        if c is not None and c.file == op.file and c.launcher == op.launchers[0] and c.signatures:
+            return c
+    raise UserError(f"{t['_path']}: [ops.{op.name}] launcher {op.launchers[0]} is never called in this trace's "
+                    f"workload (re-run `autokernel profile --repo {root}`, or bench without --trace)")
+
+
+def cases(spec, calls: discover.LauncherCalls) -> list[dict]:
+    """One case per recorded layout and token size, {"shape": {"M", "layout"}, "calls", "dtype"}: the layouts of
+    contract.layouts (spec.extra["layouts"]), each recorded signature's call count added to the case it maps to."""
+    lays = spec.extra["layouts"]
+    weight: dict[tuple[int, int], int] = {}
+    for sig, n in zip(calls.signatures, calls.signature_calls):
+        key = _placed(lays, sig)
+        if key is not None:
+            weight[key] = weight.get(key, 0) + n
+    out = []
+    for i, lay in enumerate(lays):
+        for m in lay.m or (0,):
+            shape = {"M": m, "layout": i}
+            size = spec.bytes_moved(shape, lay.dtype)
+            if size > MAX_CASE_BYTES:
+                raise UserError(f"[ops.{spec.extra['target']['op']}]: a recorded layout at M={m} has {size} bytes of "
+                                f"launcher arguments, more than the bench makes ({MAX_CASE_BYTES}); profile a "
+                                "smaller workload")
+            out.append({"shape": shape, "calls": weight.get((i, m), 1), "dtype": str(lay.dtype).removeprefix("torch.")})
+    return out
+
+
+def _placed(lays: list[contract.Layout], sig: list[tuple]) -> tuple[int, int] | None:
+    """(layout index, M) of one recorded signature: the layout whose sizes at that M are the signature's."""
+    d = dict(sig)
+    for i, lay in enumerate(lays):
+        if contract._skeleton(list(lay.args)) != contract._skeleton(sig):
+            continue
+        m = next((int(d[n][2][dims[0]]) for n, dims in lay.token.items() if dims), None)
+        if m is None:
+            m = next((int(d[n][1]) for n in lay.token_ints), 0)
+        same = all(tuple(d[n][2]) == dims for n, dims in contract.shape_dims(lay, m).items()) and all(
+            d[n][1] == (m if n in lay.token_ints else v[1]) for n, v in lay.args if v[0] == "int")
+        if same:
+            return i, m if lay.m else 0
+    return None
+
+
+def _candidates(candidates: list[Path], op: decl.Op) -> None:
+    for c in candidates:
+        if not c.is_file():
+            raise UserError(f"{c}: no such candidate file")
+        if c.suffix != ".py":
+            raise UserError(f"{c}: a candidate is a Python file replacing {op.file}")
+
+
+def _refused(candidates: list[Path], launcher: str, incumbent: Path, policy) -> list[tuple[Path, object]]:
+    """The gate's static stage relative to the incumbent (what the incumbent does on the same node is excused), on
+    every candidate before anything runs: what it refuses is never timed."""
+    from autokernel.gate import static
+    out = []
+    for c in candidates:
+        res = static.check_source(c.read_bytes(), launcher, incumbent, policy=policy, relative=True)
+        if not res.passed:
+            out.append((c, res))
+    return out
+
+
+def measure_target(root: Path, name: str, candidates: list[Path], policy, *, trace: Path | None = None,
+                   incumbent: Path | None = None, run_dir: Path | None = None):
+    """(Measurement, None), or (None, the static stage's refusals) when it refuses a candidate. `incumbent`: another
+    file to time as the incumbent (a base commit's copy of the op's file); the static stage and the preloaded imports
+    are still the checkout's file's. UserError on bad input (module docstring)."""
+    from autokernel.bench.rounds import measure_rounds
+    from autokernel.target import gate
+    d, op = gate.declared_op(root, name)
+    candidates = [Path(c) for c in candidates]
+    _candidates(candidates, op)
+    own = decl.checkout_file(root, root / op.file, f"[ops.{name}] file")
+    refused = _refused(candidates, op.launchers[0], own, policy)
+    if refused:
+        return None, refused
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    base = Path(run_dir) if run_dir else paths.user_cache() / "bench" / f"{stamp}-{name}-{secrets.token_hex(2)}"
+    calls = recorded(root, d, op, policy, trace, base)
+    table = contract.ReferenceTable(root, op.reference, base / "reference", policy.sandbox)
+    try:
+        spec = contract.spec(op, calls, table)
+        m = measure_rounds(name, candidates, cases(spec, calls), policy, base / "jobs", Path(incumbent or own), spec)
+    except contract.ReferenceError as e:
+        raise UserError(f"{d.path}: [ops.{name}] {e}") from None
+    return m, None
+
+
+def bench_target(repo: Path, name: str, candidates: list[Path], trace: Path | None, as_json: bool, *, policy=None,
+                 policy_file: Path | None = None, incumbent: Path | None = None, run_dir: Path | None = None) -> int:
+    """`autokernel bench --repo`: exit 0 a candidate accepted; 1 none accepted, or the static stage refused one
+    (nothing timed); 2 bad input or an incumbent that cannot be timed (one line; with --json a JSON error too)."""
+    from rich.console import Console
+
+    from autokernel import policy as policy_mod
+    from autokernel.bench.command import _print_refused, render
+    from autokernel.bench.measure import IncumbentFailed
+    from autokernel.target.init_command import checkout_root
+    from autokernel.untrusted import data, line
+    try:
+        root = checkout_root(repo)
+        if policy is None:
+            policy = policy_mod.for_checkout(root, policy_file, uses=policy_mod.RUNS_CODE)
+        m, refused = measure_target(root, name, candidates, policy, trace=trace, incumbent=incumbent,
+                                    run_dir=run_dir)
+    except (UserError, IncumbentFailed, OSError) as e:
+        print(f"autokernel bench: {line(e)}", file=sys.stderr)
+        if as_json:
+            print(json.dumps({"op": line(name, 100), "error": line(e, 1000), "exit_code": 2}, indent=2))
+        return 2
+    if refused:
+        _print_refused(name, refused, as_json)
+        return 1
+    inc = Path(m.files[0].path)
+    label = str(inc.relative_to(root)) if inc.is_relative_to(root) else str(inc)
+    if as_json:
+        print(json.dumps(data({**m.to_dict(), "incumbent": label, "checkout": str(root)}), indent=2, default=str))
+    else:
+        console = Console()
+        if not console.is_terminal:  # logs and pipes: rich would wrap the table at 80 columns
+            console = Console(width=160)
+        render(m, console, incumbent=label, flops=False)  # a target declares no FLOP counts
+    return 0 if m.accepted else 1
