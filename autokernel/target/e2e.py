@@ -5,7 +5,7 @@ Both engines run in the sandbox through the contract's `logits(ids)` (docs/targe
 candidate replaces the op's module before `build()` runs, so every import of it in the engine gets the candidate
 (the way a checkout with the file changed would). The baseline job generates greedily from a few fixed prompts;
 the candidate job is teacher-forced on the baseline's tokens (per-token KL(baseline || candidate) and top-1
-agreement) and then generates freely, for the repeat guard: a run of `repeat_run` identical tokens the baseline did
+agreement) and generates freely too, for the repeat guard: a run of `repeat_run` identical tokens the baseline did
 not have is the symptom of a racing kernel. What comes back is data, checked here.
 """
 from __future__ import annotations
@@ -30,8 +30,10 @@ def _prompts(vocab: int) -> list[list[int]]:
 
 
 def engine_job(payload: dict, inputs) -> dict:
-    """Sandbox entry: build the engine (the candidate first loaded as the op's module when payload names one), then
-    logits for `prefixes` (teacher forcing) and `steps` greedy tokens from each of `prompts`."""
+    """Sandbox entry: build the engine (the candidate first loaded as the op's module when payload names one); the
+    baseline (no `prompts` given) makes the fixed prompts for the engine's vocabulary, generates `steps` greedy tokens
+    from each and returns the logits of every prefix of its own tokens; the candidate gets the baseline's prompts and
+    prefixes, and generates freely too."""
     import torch
 
     from autokernel import device, kernel_loader
@@ -39,35 +41,39 @@ def engine_job(payload: dict, inputs) -> dict:
     from autokernel.target.launches import _failed
     device.ensure_interpreter()
     interp.install()
-    root = payload["root"]
     try:
         if payload.get("candidate"):
             kernel_loader.load_kernel("", Path(inputs) / payload["candidate"], None, payload["module"])
         module, _, fn = payload["build"].partition(":")
         engine = getattr(importlib.import_module(module), fn)()
         with torch.no_grad():
-            forced = engine.logits(payload["prefixes"]).float() if payload["prefixes"] else torch.zeros(0)
+            prompts = payload.get("prompts") or _prompts(int(engine.logits([[1]]).shape[-1]))
             tokens = []
-            for p in payload["prompts"]:
+            for p in prompts:
                 ids = list(p)
                 for _ in range(payload["steps"]):
                     ids.append(int(engine.logits([ids])[0].argmax()))
                 tokens.append(ids[len(p):])
+            prefixes = payload.get("prefixes") or [p + t[:i] for p, t in zip(prompts, tokens)
+                                                    for i in range(payload["steps"])]
+            forced = engine.logits(prefixes).float()
     except BaseException as e:  # noqa: BLE001 -- the engine's (or the candidate's) failure is reported as data
-        return _failed("engine", root, e)
+        return _failed("engine", payload["root"], e)
     buf = io.BytesIO()
     torch.save(forced.detach().cpu().contiguous(), buf)
-    return {"logits": buf.getvalue(), "tokens": tokens}
+    return {"logits": buf.getvalue(), "tokens": tokens, "prompts": prompts, "prefixes": prefixes}
 
 
-def _run(root: Path, d: decl.Declaration, op: decl.Op, policy, job_dir: Path, prompts, prefixes, steps: int,
+def _run(root: Path, d: decl.Declaration, op: decl.Op, policy, job_dir: Path, steps: int, base=None,
          candidate: Path | None = None):
+    """One engine job: (prompts, tokens, prefixes, logits) checked, or (None, why)."""
     import torch
 
     from autokernel import device, sandbox
     env = {} if device.is_cuda() else {"TRITON_INTERPRET": "1"}
-    payload = {"root": str(root), "build": d.build, "module": decl.module_of(op.file), "prompts": prompts,
-               "prefixes": prefixes, "steps": steps, "candidate": candidate.name if candidate else None}
+    payload = {"root": str(root), "build": d.build, "module": decl.module_of(op.file), "steps": steps,
+               "prompts": base["prompts"] if base else None, "prefixes": base["prefixes"] if base else None,
+               "candidate": candidate.name if candidate else None}
     res = sandbox.run(engine_job, payload, job_dir, policy.sandbox, pythonpath=[root], env=env,
                       inputs={candidate.name: candidate.read_bytes()} if candidate else None)
     if not res.ok:
@@ -79,13 +85,17 @@ def _run(root: Path, d: decl.Declaration, op: decl.Op, policy, job_dir: Path, pr
         logits = torch.load(io.BytesIO(data["logits"]), weights_only=True)
     except Exception:  # noqa: BLE001 -- whatever came back is data
         return None, "the engine job's logits do not load"
-    tokens = data.get("tokens")
-    if not (isinstance(tokens, list) and len(tokens) == len(prompts) and all(
-            isinstance(t, list) and len(t) == steps and all(type(x) is int for x in t) for t in tokens)):
+    out = {k: data.get(k) for k in ("prompts", "tokens", "prefixes")}
+    ints = [isinstance(v, list) and all(isinstance(r, list) and all(type(x) is int for x in r) for r in v)
+            for v in out.values()]
+    if not all(ints) or len(out["tokens"]) != len(out["prompts"]) or any(len(t) != steps for t in out["tokens"]):
         return None, "the engine job returned malformed tokens"
-    if type(logits) is not torch.Tensor or (prefixes and tuple(logits.shape[:1]) != (len(prefixes),)):
+    if type(logits) is not torch.Tensor or logits.dim() != 2 or logits.shape[0] != len(out["prefixes"]):
         return None, "the engine job returned logits of the wrong shape"
-    return (logits, tokens), ""
+    if base is not None and (out["prompts"] != base["prompts"] or out["prefixes"] != base["prefixes"]):
+        return None, "the engine job did not run the baseline's prompts"
+    out["logits"] = logits
+    return out, ""
 
 
 def check(root: Path, d: decl.Declaration, op: decl.Op, candidate: Path, policy) -> StageResult:
@@ -93,27 +103,26 @@ def check(root: Path, d: decl.Declaration, op: decl.Op, candidate: Path, policy)
     e = policy.e2e
     steps = 2 * e.repeat_run
     job_dir = candidate.parent / "e2e"
-    probe, why = _run(root, d, op, policy, job_dir / "vocab", [], [[1, 2, 3]], 0)
-    if probe is None:
+    base, why = _run(root, d, op, policy, job_dir / "baseline", steps)
+    if base is None:
         raise UserError(f"{d.build}: the engine with its own kernels failed in the end-to-end job: {why}")
-    prompts = _prompts(int(probe[0].shape[-1]))
-    base, why = _run(root, d, op, policy, job_dir / "baseline", prompts, [], steps)
-    prefixes = [p + t[:i] for p, t in zip(prompts, base[1]) for i in range(steps)] if base else []
-    ref, why = (_run(root, d, op, policy, job_dir / "baseline_forced", [], prefixes, 0) if base else (None, why))
-    if base is None or ref is None:
-        raise UserError(f"{d.build}: the engine with its own kernels failed in the end-to-end job: {why}")
-    got, why2 = _run(root, d, op, policy, job_dir / "candidate", prompts, prefixes, steps, candidate)
+    got, why = _run(root, d, op, policy, job_dir / "candidate", steps, base, candidate)
     if got is None:
-        return StageResult.fail("e2e", "e2e.engine_error", f"the engine with the candidate: {why2}")
-    lp, lq = torch.log_softmax(ref[0].double(), -1), torch.log_softmax(got[0].double(), -1)
+        return StageResult.fail("e2e", "e2e.engine_error", f"the engine with the candidate: {why}")
+    if got["logits"].shape != base["logits"].shape:
+        return StageResult.fail("e2e", "e2e.bad_output", f"logits {tuple(got['logits'].shape)}, the baseline's "
+                                                         f"{tuple(base['logits'].shape)}")
+    lp, lq = torch.log_softmax(base["logits"].double(), -1), torch.log_softmax(got["logits"].double(), -1)
     kl = (lp.exp() * (lp - lq)).sum(-1).clamp(min=0)
-    top1 = float((ref[0].argmax(-1) == got[0].argmax(-1)).double().mean())
-    runs = [_longest_run(t) for t in got[1]]
-    base_runs = [_longest_run(t) for t in base[1]]
+    top1 = float((base["logits"].argmax(-1) == got["logits"].argmax(-1)).double().mean())
+    runs = [_longest_run(t) for t in got["tokens"]]
+    base_runs = [_longest_run(t) for t in base["tokens"]]
+    n = len(base["prefixes"])
     metrics = {"kl_mean": float(kl.mean()), "kl_p99": float(torch.quantile(kl, 0.99)), "kl_max": float(kl.max()),
-               "top1": top1, "tokens": len(prefixes), "repeat_runs": runs}
-    line = (f"{len(prefixes)} teacher-forced tokens: KL mean {metrics['kl_mean']:.2e}, p99 {metrics['kl_p99']:.2e}, "
-            f"max {metrics['kl_max']:.2e} nats; top-1 {top1:.3f}; longest repeat run {max(runs)}")
+               "top1": top1, "tokens": n, "repeat_runs": runs, "baseline_repeat_runs": base_runs}
+    line = (f"{n} teacher-forced tokens: KL mean {metrics['kl_mean']:.2e}, p99 {metrics['kl_p99']:.2e}, "
+            f"max {metrics['kl_max']:.2e} nats; top-1 {top1:.3f}; longest repeat run {max(runs)} "
+            f"(baseline {max(base_runs)})")
     if metrics["kl_mean"] > e.kl_mean_max or metrics["kl_p99"] > e.kl_p99_max or metrics["kl_max"] > e.kl_max_max:
         return StageResult.fail("e2e", "e2e.kl_exceeded", line, **metrics)
     if top1 < e.top1_min:

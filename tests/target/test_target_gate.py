@@ -196,3 +196,14 @@ def test_an_unknown_op_exits_2(root, tmp_path, capsys):
     path.write_text(NORM)
     assert verify_command("nope", path, repo=root) == 2
     assert "no [ops.nope]; declared ops: norm" in capsys.readouterr().err
+
+
+def test_the_end_to_end_stage_sees_a_wrong_kernel(root, tmp_path):
+    """Called directly (the numeric stage would stop it first): the engine's logits with a kernel that scales its
+    output move the next-token distributions past the policy's KL."""
+    from autokernel.target import e2e
+    d = decl.load(root)
+    path = candidate(tmp_path, "(x * r).to(", "(x * r * 1.5).to(")
+    res = e2e.check(root, d, d.ops["norm"], path, Policy())
+    assert not res.passed and res.reason == "e2e.kl_exceeded", (res.reason, res.detail)
+    assert res.metrics["kl_max"] > Policy().e2e.kl_max_max
