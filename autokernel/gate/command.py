@@ -29,7 +29,7 @@ def verify_command(op: str, candidate: Path, trace: Path | None = None, seed: in
     autokernel.toml (docs/targets.md): OP is one of its declared ops (autokernel/target/gate.py)."""
     from autokernel.ops import OPS
     if repo is not None:
-        return _verify_target(Path(repo), op, Path(candidate), seed, as_json, policy_file)
+        return _verify_target(Path(repo), op, Path(candidate), seed, as_json, policy_file, trace)
     try:
         if op not in OPS:
             raise UserError(f"unknown op '{op}'; known ops: {', '.join(OPS)}")
@@ -58,7 +58,7 @@ def verify_command(op: str, candidate: Path, trace: Path | None = None, seed: in
     return 0 if v.accepted else 1
 
 
-def _verify_target(repo: Path, op: str, candidate: Path, seed, as_json: bool, policy_file) -> int:
+def _verify_target(repo: Path, op: str, candidate: Path, seed, as_json: bool, policy_file, trace=None) -> int:
     from autokernel import policy as policy_mod
     from autokernel.target import gate
     from autokernel.target.init_command import checkout_root
@@ -67,7 +67,7 @@ def _verify_target(repo: Path, op: str, candidate: Path, seed, as_json: bool, po
             raise UserError(f"{candidate}: no such candidate file")
         root = checkout_root(repo)
         policy = policy_mod.for_checkout(root, policy_file, uses=policy_mod.RUNS_CODE)
-        v = gate.verify(root, op, candidate, policy=policy, seed=seed)
+        v = gate.verify(root, op, candidate, policy=policy, seed=seed, trace=trace and Path(trace))
     except (OSError, UserError) as e:
         return _error(op, candidate, e, as_json)
     if as_json:

@@ -59,9 +59,24 @@ def record(root: Path, d: decl.Declaration, op: decl.Op, policy, job_dir: Path) 
     return calls[op.launchers[0]]
 
 
+def from_trace(root: Path, op: decl.Op, trace: Path) -> discover.LauncherCalls:
+    """The op's first launcher's records in a trace `autokernel profile --repo` wrote (the workload is not run
+    again); checked like a fresh record (discover._launcher_calls: the trace is data from the checkout's job)."""
+    from autokernel.target import rank_target
+    t = rank_target.load(root, trace)
+    entry = (t.get("ops") or {}).get(op.name) or {}
+    for raw in entry.get("launcher_calls") or []:
+        c = discover._launcher_calls(raw, root)
+        if c is not None and c.file == op.file and c.launcher == op.launchers[0]:
+            return c
+    raise UserError(f"{t['_path']}: no recorded calls of {op.launchers[0]} for op {op.name}: profile again "
+                    f"(`autokernel profile --repo {root}`) after declaring it")
+
+
 def verify(root: Path, name: str, candidate_path: Path, *, policy, seed: int | None = None,
-           run_dir: Path | None = None, stages: list | None = None) -> Verdict:
-    """Judge `candidate_path` as a replacement for the op's file in the checkout (module docstring)."""
+           run_dir: Path | None = None, stages: list | None = None, trace: Path | None = None) -> Verdict:
+    """Judge `candidate_path` as a replacement for the op's file in the checkout (module docstring). trace: a
+    profile of the target whose launcher records give the cases (default: the workload runs once here)."""
     t0 = time.perf_counter()
     d, op = declared_op(root, name)
     source = Path(candidate_path).read_bytes()
@@ -72,7 +87,7 @@ def verify(root: Path, name: str, candidate_path: Path, *, policy, seed: int | N
     job_dir = base / f"{name}-{sha[:12]}"
     job_dir.mkdir(parents=True, exist_ok=True)
     incumbent = decl.checkout_file(root, root / op.file, f"[ops.{name}] file")
-    calls = record(root, d, op, policy, job_dir / "workload")
+    calls = from_trace(root, op, trace) if trace else record(root, d, op, policy, job_dir / "workload")
     table = contract.ReferenceTable(root, op.reference, job_dir / "reference", policy.sandbox)
     spec = contract.spec(op, calls, table)
     copy = job_dir / incumbent.name  # imported by the jobs as the checkout's module: the file keeps its name

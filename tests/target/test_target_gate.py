@@ -207,3 +207,25 @@ def test_the_end_to_end_stage_sees_a_wrong_kernel(root, tmp_path):
     res = e2e.check(root, d, d.ops["norm"], path, Policy())
     assert not res.passed and res.reason == "e2e.kl_exceeded", (res.reason, res.detail)
     assert res.metrics["kl_max"] > Policy().e2e.kl_max_max
+
+
+def test_verify_takes_its_cases_from_a_profile_trace(tmp_path):
+    """--trace: the launcher records `autokernel profile --repo` wrote give the cases; a trace without the op's
+    records is exit-2 material, naming what to do."""
+    import json
+
+    from autokernel.errors import UserError
+    from autokernel.target import profile_target
+    root = checkout(tmp_path / "co")
+    run_dir, _ = profile_target.profile(root, out=tmp_path / "traces")
+    summary = run_dir / "summary.json"
+    calls = target_gate.from_trace(root, decl.load(root).ops["norm"], summary)
+    assert calls.launcher == "norm" and sorted(len(s) for s in calls.signatures) == [2, 2, 2]
+    v = target_gate.verify(root, "norm", root / "toyt/ops/norm.py", policy=Policy(), seed=7, stages=[],
+                           trace=summary)
+    assert v.accepted, [(s.name, s.reason, s.detail) for s in v.stages]
+    data = json.loads(summary.read_text())
+    data["ops"]["norm"]["launcher_calls"] = []
+    summary.write_text(json.dumps(data))
+    with pytest.raises(UserError, match="no recorded calls of norm"):
+        target_gate.from_trace(root, decl.load(root).ops["norm"], summary)
