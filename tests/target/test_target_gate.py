@@ -229,3 +229,27 @@ def test_verify_takes_its_cases_from_a_profile_trace(tmp_path):
     summary.write_text(json.dumps(data))
     with pytest.raises(UserError, match="no recorded calls of norm"):
         target_gate.from_trace(root, decl.load(root).ops["norm"], summary)
+
+
+HOSTILE_REFERENCES = {
+    "returns a string": ("def norm(x, eps):\n    return 'x'\n", "must return a tensor or a tuple of tensors"),
+    "raises": ("def norm(x, eps):\n    raise RuntimeError('no reference today')\n", "no reference today"),
+    "writes the checkout": ("import pathlib\n\ndef norm(x, eps):\n    pathlib.Path(__file__).write_text('pwned')\n"
+                            "    return x\n", "Read-only file system"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(HOSTILE_REFERENCES))
+def test_a_hostile_or_broken_reference_is_exit_2_and_changes_nothing(tmp_path, capsys, kind):
+    """The checkout's reference is untrusted code: it runs in its own sandboxed job (the checkout read-only there);
+    what it returns is checked here; its failure is the user's to fix (exit 2), never a verdict on the candidate."""
+    source, expect = HOSTILE_REFERENCES[kind]
+    root = checkout(tmp_path / "co")
+    (root / "toyt/reference.py").write_text(source)
+    before = {p: p.read_bytes() for p in root.rglob("*") if p.is_file()}
+    path = tmp_path / "norm.py"
+    path.write_text(NORM)
+    assert verify_command("norm", path, repo=root) == 2
+    err = capsys.readouterr().err
+    assert expect in err and len(err.strip().splitlines()) == 1, err
+    assert {p: p.read_bytes() for p in root.rglob("*") if p.is_file()} == before
