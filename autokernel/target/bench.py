@@ -6,8 +6,9 @@ interpreter labelled as such), on a declared op of a target checkout (docs/targe
 What differs from autokernel's own ops is where the op's description comes from, as for `verify --repo`
 (autokernel/target/gate.py):
 - Cases: the layouts the workload called the op's launcher with (from TRACE's `launcher_calls`, written by
-  `autokernel profile --repo`, else the workload runs once in the sandbox, recorded), each at the token size M it
-  was called at, weighted by its call count: what production sends, nothing the gate's sweep adds.
+  `autokernel profile --repo` and read as `verify --repo --trace` reads them, gate.from_trace; else the workload
+  runs once in the sandbox, recorded), each at the token size M it was called at, weighted by its call count: what
+  production sends, nothing the gate's sweep adds.
 - Files: the incumbent is the checkout's file; a candidate is a replacement for it. Each job imports the file under
   the checkout's module name with the checkout on its path, the interpreter layer installed and the incumbent's
   imports imported first, and keeps the declared outputs (autokernel/bench/job.py, as the gate's job does).
@@ -33,28 +34,6 @@ from autokernel.target import contract, discover
 from autokernel.target import declaration as decl
 
 MAX_CASE_BYTES = 1 << 28  # a case's launcher arguments; a generous bound on what one job may be asked to allocate
-
-
-def recorded(root: Path, d: decl.Declaration, op: decl.Op, policy, trace: Path | None,
-             run_dir: Path) -> discover.LauncherCalls:
-    """The op's first launcher's recorded calls: from TRACE (a target's trace, read as untrusted data), else from
-    one run of the workload in the sandbox (autokernel.target.gate.record)."""
-    from autokernel.target import gate
-    if trace is None:
-        return gate.record(root, d, op, policy, run_dir / "workload")
-    from autokernel.profile import trace as trace_mod
-    t = trace_mod.load_trace(trace, check_device=False)  # shapes and counts matter here, not another device's times
-    if not isinstance(t.get("target"), dict):
-        raise UserError(f"{t['_path']}: a trace of the embedded engine, not of a target: pass a trace written by "
-                        f"`autokernel profile --repo {root}`")
-    entry = t["ops"].get(op.name)
-    groups = entry.get("launcher_calls") if isinstance(entry, dict) else None
-    for g in groups if isinstance(groups, list) else []:
-        c = discover._launcher_calls(g, root)
-        if c is not None and c.file == op.file and c.launcher == op.launchers[0] and c.signatures:
-            return c
-    raise UserError(f"{t['_path']}: [ops.{op.name}] launcher {op.launchers[0]} is never called in this trace's "
-                    f"workload (re-run `autokernel profile --repo {root}`, or bench without --trace)")
 
 
 def cases(spec, calls: discover.LauncherCalls) -> list[dict]:
@@ -131,7 +110,7 @@ def measure_target(root: Path, name: str, candidates: list[Path], policy, *, tra
         return None, refused
     stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
     base = Path(run_dir) if run_dir else paths.user_cache() / "bench" / f"{stamp}-{name}-{secrets.token_hex(2)}"
-    calls = recorded(root, d, op, policy, trace, base)
+    calls = gate.from_trace(root, op, trace) if trace else gate.record(root, d, op, policy, base / "workload")
     table = contract.ReferenceTable(root, op.reference, base / "reference", policy.sandbox)
     try:
         spec = contract.spec(op, calls, table)

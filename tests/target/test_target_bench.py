@@ -19,12 +19,13 @@ from pathlib import Path
 import pytest
 from test_target_gate import DECLARATION, ENGINE, NORM, checkout
 
-from autokernel import sandbox
+from autokernel import device, sandbox
 from autokernel.bench.command import bench_command
 from autokernel.policy import Policy
 from autokernel.target import bench as target_bench
 from autokernel.target import contract
 from autokernel.target import declaration as decl
+from autokernel.target import gate as target_gate
 from autokernel.target.discover import LauncherCalls
 from autokernel.target.profile_target import launcher_calls_json
 
@@ -134,7 +135,8 @@ def _calls(rows: list[int], counts: list[int], width: int = 32) -> LauncherCalls
 
 
 def _trace(path: Path, calls: LauncherCalls, target: bool = True) -> Path:
-    doc = {"schema": 1, "ops": {"norm": {"launcher_calls": [launcher_calls_json(calls)]}}}
+    doc = {"schema": 1, "device": device.fingerprint(),
+           "ops": {"norm": {"launcher_calls": [launcher_calls_json(calls)]}}}
     if target:
         doc["target"] = {"root": str(path.parent)}
     return _write(path, json.dumps(doc))
@@ -148,7 +150,7 @@ def test_cases_are_the_recorded_layouts_weighted_by_their_calls(tmp_path):
     assert target_bench.cases(spec, calls) == [{"shape": {"M": m, "layout": 0}, "calls": n, "dtype": "float32"}
                                                for m, n in ((1, 20), (3, 5), (7, 2))]
     # read back from a trace as `autokernel profile --repo` writes it
-    assert target_bench.recorded(root, d, d.ops["norm"], None, _trace(tmp_path / "t.json", calls), tmp_path) == calls
+    assert target_gate.from_trace(root, d.ops["norm"], _trace(tmp_path / "t.json", calls)) == calls
 
 
 def test_a_trace_case_past_the_bound_is_bad_input(tmp_path, capsys, monkeypatch):
@@ -168,7 +170,7 @@ def test_a_trace_case_past_the_bound_is_bad_input(tmp_path, capsys, monkeypatch)
     assert "a trace of the embedded engine" in capsys.readouterr().err
     other = _trace(tmp_path / "other.json", LauncherCalls("toyt/ops/norm.py", "other", 1, [], [], [], []))
     assert bench_command("norm", [cand], other, False, policy=_policy(), repo=root) == 2
-    assert "launcher norm is never called in this trace" in capsys.readouterr().err
+    assert "no recorded calls of norm for op norm" in capsys.readouterr().err
 
 
 # --- the Liger example: Liger's swiglu against a planted slow launch configuration ----------------------------------
