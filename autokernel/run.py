@@ -586,6 +586,9 @@ def run_cmd(
 ):
     """The main job: profile, rank, let an agent rewrite the top kernels, gate, benchmark, commit wins."""
     console = _console()
+    from autokernel.target import run as target_run
+    if target_run.is_target(repo):  # a checkout with autokernel.toml (docs/targets.md, section 7)
+        raise typer.Exit(target_run.run_command(repo, op, agent, model, base_url, policy_file, yes, console))
     progress = Progress()
     try:
         ctx = context(agent=agent, model=model, base_url=base_url, repo=repo, policy_file=policy_file,

@@ -1,0 +1,247 @@
+"""`autokernel run --repo CHECKOUT` on a target (a checkout with autokernel.toml): the main job on an engine
+autokernel did not write (docs/targets.md, section 7).
+
+profile the workload (autokernel/target/profile_target.py) -> rank the declared ops by time share -> per op, an
+agent session (the offline search or an LLM, the same Session as for autokernel's own kernels) whose candidates go
+through the target's gate (autokernel/target/gate.py, e2e included) and benchmark (autokernel/target/bench.py) ->
+the best win confirmed by a fresh benchmark -> one commit on an `autokernel/*` branch of the checkout holding only
+the op's file, the perf table and the end-to-end KL in its message. Run state lives in the user's cache directory;
+the checkout's work tree and branches are never touched but by that commit (made without a checkout: git/).
+"""
+from __future__ import annotations
+
+import datetime
+import json
+import secrets
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from autokernel import paths
+from autokernel.agent.evaluate import Feedback, from_verdict, sha256
+from autokernel.agent.prompt import Prompt
+from autokernel.errors import UserError
+from autokernel.target import declaration as decl
+from autokernel.untrusted import line
+
+
+class TargetEvaluator:
+    """The agent's Evaluator for a target's op: the target gate, then (accepted) the target benchmark."""
+
+    def __init__(self, root: Path, op: str, policy, run_dir: Path, trace: Path | None):
+        self.root, self.op, self.policy, self.run_dir, self.trace = root, op, policy, run_dir, trace
+        self.leaf = Path(decl.load(root).ops[op].file).name
+        self.seen: dict[str, Feedback] = {}
+        self.measurements: dict[str, object] = {}
+
+    def _write(self, source: str, tag: str = "") -> Path:
+        d = self.run_dir / f"{sha256(source)[:12]}{tag}"
+        d.mkdir(parents=True, exist_ok=True)
+        path = d / self.leaf
+        path.write_text(source)
+        return path
+
+    def evaluate(self, op: str, source: str, time_left_s: float | None = None) -> Feedback:
+        from autokernel.target import gate
+        digest = sha256(source)
+        if digest in self.seen:
+            return replace(self.seen[digest], duplicate=True)
+        path = self._write(source)
+        fb = from_verdict(gate.verify(self.root, self.op, path, policy=self.policy, trace=self.trace,
+                                      run_dir=path.parent / "gate"))
+        fb.path = str(path)
+        if fb.verdict == "accepted":
+            fill(fb, self._measure(path, path.parent / "bench"))
+        self.seen[digest] = fb
+        return fb
+
+    def _measure(self, path: Path, run_dir: Path):
+        from autokernel.target import bench
+        m, refused = bench.measure_target(self.root, self.op, [path], self.policy, trace=self.trace, run_dir=run_dir)
+        if m is None:  # the gate's static stage accepted it a moment ago: the bench's must too
+            raise UserError(f"{path}: the benchmark's static stage refused what the gate accepted: {refused}")
+        return m
+
+    def confirm(self, op: str, source: str):
+        """A fresh benchmark of the winner (new processes, new rounds): what the commit's table shows."""
+        path = self._write(source, "-confirm")
+        return self._measure(path, path.parent / "bench")
+
+
+def fill(fb: Feedback, m) -> None:
+    """The benchmark's figures into the Feedback the model reads (as agent/evaluate.measure does)."""
+    cand = m.files[-1]
+    fb.note = m.label
+    if cand.status != "ok":
+        fb.verdict = "rejected"
+        fb.reasons.append({"stage": "bench", "code": cand.status, "detail": cand.detail})
+        return
+    fb.speedup = round(cand.speedup.est, 4)
+    fb.speedup_ci = [round(cand.speedup.lo, 4), round(cand.speedup.hi, 4)]
+    fb.accepted, fb.implausible = cand.accepted, cand.reason == "bench.implausible"
+    if not cand.accepted:
+        fb.reasons.append({"stage": "bench", "code": cand.reason, "detail": cand.detail})
+    fb.per_shape = [{"shape": s.shape, "dtype": s.dtype, "calls": s.calls, "median_ms": round(s.median_ms.est, 6),
+                     "speedup": s.speedup and round(s.speedup.est, 4)} for s in cand.shapes]
+
+
+def prompt(root: Path, op: decl.Op, trace: dict) -> Prompt:
+    """What the model is told about a target's op: the file, the launcher, the layouts production sends, the rules."""
+    source = paths.read_text(root / op.file, root)
+    entry = (trace.get("ops") or {}).get(op.name) or {}
+    layouts = "\n".join(f"- {s.get('launcher')}({', '.join(str(a) for a in s.get('args', []))}): {s.get('calls')} "
+                        f"call(s)" for s in (entry.get("shapes") or [])[:12]) or "- (see the trace)"
+    system = ("You make a Triton kernel file of an inference engine faster without changing what it computes. "
+              "Every candidate is a complete replacement of the file; a gate judges it (static grammar relative to "
+              "the file as it is, runtime checks, numerical equivalence against the project's torch reference on "
+              "fresh inputs in the layouts production sends and far beyond them, coverage of what you change, "
+              "and the engine's next-token distributions end to end), then a benchmark times it against the "
+              "incumbent. Import only what the file imports; keep every public function's signature; no state, "
+              "no caching, no special cases for the shapes below.")
+    task = (f"Op `{op.name}`: file `{op.file}`, launcher `{', '.join(op.launchers)}`, reference `{op.reference}`.\n"
+            f"The workload's calls:\n{layouts}\n"
+            f"Read the kernel (read_kernel), submit candidates (submit_candidate), finish when done.")
+    return Prompt(system=system, task=task, kernel=source, spec=task, context={"op": op.name, "file": op.file})
+
+
+@dataclass
+class TargetOutcome:
+    op: str
+    status: str  # committed | accepted | already_delivered | no_improvement | model_error
+    detail: str = ""
+    speedup: float | None = None
+    speedup_ci: list = field(default_factory=list)
+    branch: str = ""
+    sha: str = ""
+
+
+def message(op: decl.Op, m, fb: Feedback, base: str, share: float | None) -> str:
+    """The commit message: what changed, the perf table, the end-to-end KL, how it was judged (trusted text)."""
+    from autokernel.git import report
+    s = m.files[-1].speedup
+    e2e = next((st for st in fb.stages if st["name"] == "e2e"), {})
+    mt = e2e.get("metrics") or {}
+    share_txt = "unknown share of launch time" if share is None else f"{100 * share:.1f}% of profiled launch time"
+    lines = [f"autokernel: {s.est:.2f}x faster {op.name} ({op.file}; {share_txt})", "",
+             f"Candidate {fb.sha256[:12]} for `{op.launchers[0]}` in `{op.file}`, over {base[:12]}.", "",
+             *report.perf_table(m, op.name), "",
+             f"End to end ({line(e2e.get('detail') or 'not run', 300)}): KL mean {mt.get('kl_mean', 0):.3g} / max "
+             f"{mt.get('kl_max', 0):.3g} nats, top-1 {mt.get('top1', 0):.3f}.",
+             "", "Gate: " + "; ".join(f"{st['name']} {'pass' if st['passed'] else 'FAIL'}" for st in fb.stages)
+             + f" (seed {fb.seed}, {fb.isolation or 'isolation unknown'}).",
+             "", f"Reproduce: autokernel verify --repo . {op.name} {op.file} --seed {fb.seed}"]
+    return "\n".join(lines) + "\n"
+
+
+def work_on(root: Path, name: str, ctx, run_dir: Path, trace_path: Path, t: dict, share: float | None
+            ) -> TargetOutcome:
+    from autokernel import git as delivery
+    from autokernel.agent.loop import Session
+    d = decl.load(root)
+    op = d.ops[name]
+    op_dir = run_dir / name
+    evaluator = TargetEvaluator(root, name, ctx.policy, op_dir, trace_path)
+    session = Session(name, ctx.llm, evaluator, prompt(root, op, t), ctx.settings, op_dir)
+    result = session.run()
+    if result.error and result.best is None:
+        return TargetOutcome(name, "model_error", f"the model could not be used: {line(result.error, 300)}")
+    if result.best is None:
+        return TargetOutcome(name, "no_improvement", f"{result.status}: {line(result.detail, 200)}; "
+                             f"{result.submitted} candidate(s), none both passed the gate and won the benchmark")
+    best, fb = result.best, result.best.feedback
+    pol = ctx.policy
+    if pol.git.commit and (dd := delivery.delivered(root, op.file, best.source.encode(), pol.git.branch_prefix)):
+        return TargetOutcome(name, "already_delivered", f"already on {dd.branch} ({dd.sha[:10]})", branch=dd.branch,
+                             sha=dd.sha)
+    m = evaluator.confirm(name, best.source)
+    s = m.files[-1].speedup
+    if not m.files[-1].accepted:
+        return TargetOutcome(name, "no_improvement", f"candidate {fb.sha256[:8]} won in the session but not in the "
+                             f"confirming benchmark ({m.files[-1].reason}): not committed")
+    out = TargetOutcome(name, "accepted", line(fb.summary), s.est, [s.lo, s.hi])
+    base = delivery.head(root)
+    text = message(op, m, fb, base, share)
+    (op_dir / "message.txt").write_text(text)
+    (op_dir / "measurement.json").write_text(json.dumps(m.to_dict(), indent=1, default=str))
+    if not pol.git.commit or not ctx.yes:
+        return out
+    c = delivery.commit_files(root, f"{pol.git.branch_prefix}{datetime.date.today().isoformat()}-{name}",
+                              {op.file: best.source.encode()}, text)
+    out.status, out.branch, out.sha = "committed", c.branch, c.sha
+    return out
+
+
+def pipeline(ctx, root: Path, op: str | None) -> list[TargetOutcome]:
+    """Profile, rank, then a session per op (the top `agent.top_k_ops` by share, or `op`)."""
+    from autokernel.target import gate, profile_target, rank_target
+    d = decl.load(root)
+    if op is not None:
+        gate.declared_op(root, op)
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    run_dir = paths.user_cache() / "run" / f"{stamp}-{secrets.token_hex(2)}"
+    run_dir.mkdir(parents=True)
+    with ctx.console.status("profiling the target's workload in the sandbox …"):
+        trace_dir, _ = profile_target.profile(root, out=run_dir / "profile")
+    t = rank_target.load(root, trace_dir / "summary.json")
+    ranked = rank_target.rank(t, ctx.policy)
+    rank_target.print_rank(t, ranked)
+    shares = {r["op"]: r.get("share") for r in ranked}
+    names = [op] if op else [r["op"] for r in ranked if r.get("status") == "target"
+                             and d.ops[r["op"]].reference != decl.TODO][: ctx.policy.agent.top_k_ops]
+    ctx.console.print(f"run state: {run_dir}")
+    return [work_on(root, n, ctx, run_dir, trace_dir / "summary.json", t, shares.get(n)) for n in names]
+
+
+def is_target(repo: Path | None) -> bool:
+    """`--repo` (else the work tree here) is a target checkout: it has an autokernel.toml and no kernels/ of ours."""
+    from autokernel.target.init_command import checkout_root
+    try:
+        root = checkout_root(repo)
+    except UserError:
+        return False
+    return (root / decl.NAME).is_file() and not (root / "kernels").is_dir()
+
+
+@dataclass
+class Ctx:
+    policy: object
+    settings: object
+    llm: object
+    console: object
+    yes: bool
+
+
+def run_command(repo: Path | None, op: str | None, agent: str | None, model: str | None, base_url: str | None,
+                policy_file: Path | None, yes: bool, console) -> int:
+    """`autokernel run --repo` on a target: exit 0 a win (committed, or accepted and not committed), 1 no
+    improvement, 2 bad input or a model that could not be used."""
+    from autokernel import policy as policy_mod
+    from autokernel import sandbox
+    from autokernel.agent.command import agent_settings, make_model
+    from autokernel.agent.providers import preflight
+    from autokernel.git import toplevel
+    from autokernel.target.init_command import checkout_root
+    try:
+        root = checkout_root(repo)
+        toplevel(root)
+        pol = policy_mod.for_checkout(root, policy_file, flags=policy_mod.flags(agent, base_url, None))
+        settings = agent_settings(pol, agent, model, base_url)
+        settled = preflight(settings.provider, settings.model, settings.base_url)
+        if settings.model is None and settled:
+            settings = settings.model_copy(update={"model": settled})
+        sandbox.preflight(pol.sandbox, untrusted_author=settings.provider != "search")
+        ctx = Ctx(pol, settings, make_model(settings, seed=0, bench=pol.bench), console, yes)
+        outcomes = pipeline(ctx, root, op)
+    except UserError as e:
+        console.print(f"autokernel run: error: {line(e, 1000)}", markup=False)
+        return 2
+    for o in outcomes:
+        ci = f" [{o.speedup_ci[0]:.3f}, {o.speedup_ci[1]:.3f}]" if o.speedup_ci else ""
+        where = f" on {o.branch} ({o.sha[:10]})" if o.sha else ""
+        console.print(f"{o.op}: {o.status}{where}" + (f", {o.speedup:.3f}x{ci}" if o.speedup else "")
+                      + f": {o.detail}", markup=False, soft_wrap=True)
+    if any(o.status == "model_error" for o in outcomes):
+        return 2
+    if any(o.status in ("committed", "accepted", "already_delivered") for o in outcomes):
+        return 0
+    console.print("no improvement: every kernel stays as it is")
+    return 1
