@@ -1,0 +1,107 @@
+"""`autokernel run --repo` on a target checkout, end to end as a user runs it (autokernel/target/run.py): the toy
+target of test_target_gate.py with a planted slow kernel (its rows walked in 8-wide chunks, twice), committed in a
+git repository; the offline search, and an OpenAI-compatible server on 127.0.0.1 playing the LLM, each through the
+real sandboxed gate (e2e included) and benchmark to one commit on an autokernel/* branch holding only the op's file.
+Slow: minutes on 2 CPU cores."""
+import datetime
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import git
+import pytest
+from fake_llm_api import Call, FakeAPI, openai_turn
+from test_target_gate import NORM, checkout
+
+pytestmark = pytest.mark.slow
+CLI = [str(Path(sys.executable).parent / "autokernel")]
+SLOW_NORM = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _norm_kernel(x_ptr, y_ptr, eps, n, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    acc = tl.zeros([BLOCK], dtype=tl.float32)
+    for start in range(0, n, BLOCK):
+        offs = start + tl.arange(0, BLOCK)
+        m = offs < n
+        x = tl.load(x_ptr + row * n + offs, mask=m, other=0.0).to(tl.float32)
+        acc += x * x
+    r = 1.0 / tl.sqrt(tl.sum(acc, axis=0) / n + eps)
+    for start in range(0, n, BLOCK):
+        offs = start + tl.arange(0, BLOCK)
+        m = offs < n
+        x = tl.load(x_ptr + row * n + offs, mask=m, other=0.0).to(tl.float32)
+        tl.store(y_ptr + row * n + offs, (x * r).to(y_ptr.dtype.element_ty), mask=m)
+
+
+def norm(x, eps):
+    x = x.contiguous()
+    y = torch.empty_like(x)
+    rows = x.numel() // x.shape[-1]
+    _norm_kernel[(rows,)](x, y, eps, x.shape[-1], BLOCK=8)
+    return y
+'''
+# The one-block rewrite, its helper inlined: the slow incumbent has no plain helper function for it to keep
+FAST_NORM = textwrap.dedent(NORM.replace("def _block(n):\n    return triton.next_power_of_2(n)\n\n\n", "")
+                            .replace("BLOCK=_block(x.shape[-1])", "BLOCK=triton.next_power_of_2(x.shape[-1])"))
+POLICY = "agent:\n  max_iterations: 2\n  max_wall_s: 1500\nbench:\n  max_time_s: 8\n  job_time_s: 0.3\n"
+
+
+@pytest.fixture
+def slow_target(tmp_path):
+    root = checkout(tmp_path / "toyt")
+    (root / "toyt/ops/norm.py").write_text(textwrap.dedent(SLOW_NORM))
+    (root / "policies.yaml").write_text(POLICY)
+    repo = git.Repo.init(root)
+    repo.index.add([str(p.relative_to(root)) for p in root.rglob("*") if p.is_file() and ".git" not in p.parts])
+    repo.index.commit("a target with a slow norm", author=git.Actor("u", "u@x"), committer=git.Actor("u", "u@x"))
+    return repo
+
+
+def run(args: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache"), "AUTOKERNEL_CONFIG": "",
+           "OPENAI_API_KEY": "sk-test"}
+    r = subprocess.run(CLI + ["run", *args, "--yes"], capture_output=True, text=True, timeout=1800, env=env)
+    print(r.stdout[-4000:], r.stderr[-2000:], sep="\n")
+    return r
+
+
+def assert_committed(repo: git.Repo, base: str, r) -> git.Commit:
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    c = repo.commit(f"autokernel/{datetime.date.today().isoformat()}-norm")
+    assert c.parents[0].hexsha == base
+    assert sorted(c.stats.files) == ["toyt/ops/norm.py"]  # only the op's file
+    for needle in ("| shape | dtype | calls | before ms | after ms | speedup [CI] |", "interpreter",
+                   "KL mean", "Gate: static pass; runtime pass; numeric pass; e2e pass"):
+        assert needle in c.message, needle
+    assert repo.head.commit.hexsha == base and not repo.is_dirty(untracked_files=True)  # the work tree untouched
+    return c
+
+
+def test_offline_search_commits_a_faster_launch_configuration(slow_target, tmp_path):
+    base = slow_target.head.commit.hexsha
+    r = run(["--repo", slow_target.working_tree_dir, "--agent", "search"], tmp_path)
+    c = assert_committed(slow_target, base, r)
+    assert "BLOCK=8)" not in c.tree["toyt/ops/norm.py"].data_stream.read().decode()
+
+
+def test_an_llm_through_a_local_server_commits_its_rewrite_and_its_cheat_is_rejected(slow_target, tmp_path):
+    base = slow_target.head.commit.hexsha
+    cheat = FAST_NORM.replace("_norm_kernel[(rows,)](x, y, eps,", "_norm_kernel[(rows,)](x, y, 1e-5,")
+    assert cheat != FAST_NORM
+    script = [openai_turn("Pin eps to what production sends.", [Call("submit_candidate", {"source": cheat})]),
+              openai_turn("One block per row, one pass.", [Call("submit_candidate", {"source": FAST_NORM})]),
+              openai_turn("", [Call("finish", {"summary": "the whole row in one block"})])]
+    with FakeAPI(script) as api:
+        r = run(["--repo", slow_target.working_tree_dir, "--agent", "openai", "--base-url", f"{api.base_url}/v1"],
+                tmp_path)
+    c = assert_committed(slow_target, base, r)
+    assert c.tree["toyt/ops/norm.py"].data_stream.read().decode() == FAST_NORM
+    transcript = next((tmp_path / "cache").glob("autokernel/run/*/norm/transcript.json")).read_text()
+    assert "numeric.mismatch" in transcript  # the pinned eps was judged and rejected before the rewrite won
