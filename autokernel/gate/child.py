@@ -377,7 +377,7 @@ def numeric(payload: NumericPayload, inputs) -> NumericReport:
     if target:
         from autokernel.target import interp
         interp.install()  # third-party Triton under the CPU interpreter (before the checkout's modules bind names)
-        _preload(target.get("preload") or ())
+        harness.preload(target.get("preload") or ())
     guard = Guard(payload["poison"])
     hook = LaunchHook(module_name, guard)
     hook.install()
@@ -400,18 +400,6 @@ def numeric(payload: NumericPayload, inputs) -> NumericReport:
         report["failure"] = r.record()
     report["ops"] = guard.ops
     return report
-
-
-def _preload(modules) -> None:
-    """Import what the incumbent imports before the first snapshot (autokernel/target/contract.py, imported): what
-    the checkout's libraries change when imported is theirs, not the candidate's. One that fails to import is left
-    for the candidate's own import to fail on."""
-    import importlib
-    for name in modules:
-        try:
-            importlib.import_module(name)
-        except Exception:  # noqa: BLE001 -- reported by the candidate's import, as runtime.exception
-            continue
 
 
 def _load(op: str, path: Path, guard: Guard, before: harness.Snapshot, compile_source=None, target=None):
