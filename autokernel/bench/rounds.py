@@ -177,7 +177,7 @@ def _check_outputs(rnd: Round, ci: int, kept) -> str:
         reps.add(rep)
         refs = rnd.reference(ci, rep)
         # the gate's judge: no output passes here that the gate rejects
-        j = judge_outputs(outs, refs.ref64, refs.eager, None, refs.floors)
+        j = judge_outputs(outs, refs.ref64, refs.eager, None, refs.floors, refs.any_layout, refs.declared)
         if j.reason == "numeric.bad_output":
             return f"repetition {rep}: {j.detail}"
         if not j.ok:

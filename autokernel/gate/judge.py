@@ -104,7 +104,8 @@ def bloated(t: torch.Tensor) -> str | None:
 def judge_call(outs: list, refs: References, poison: dict[str, int], where: str, worst: dict[str, float]) -> None:
     """Every element of every output of one call against the float64 reference: autokernel.ops.tolerance.judge, the
     one judge the benchmark and the kernel tests use too. `worst` collects max error / bound per dtype."""
-    j = judge(outs, refs.ref64, refs.eager, lambda t: poisoned(t, poison), refs.floors, refs.any_layout)
+    j = judge(outs, refs.ref64, refs.eager, lambda t: poisoned(t, poison), refs.floors, refs.any_layout,
+              refs.declared)
     for name, ratio in j.ratios.items():
         worst[name] = max(worst.get(name, 0.0), ratio)
     if not j.ok:

@@ -99,6 +99,7 @@ class References:
     eager: list
     floors: list
     any_layout: bool = False  # a target's op: its launcher's outputs may be views in any layout (Liger's rope)
+    declared: dict | None = None  # a target's declared {atol, rtol}: replaces the derived bound (docs/targets.md)
 
 
 def references(spec, kwargs: dict) -> References:
@@ -133,7 +134,7 @@ class Judgement:
 
 def judge(outs: list, ref64: list, eager: list,
           unwritten: Callable[[torch.Tensor], torch.Tensor | None] | None = None,
-          floors: list | None = None, any_layout: bool = False) -> Judgement:
+          floors: list | None = None, any_layout: bool = False, declared: dict | None = None) -> Judgement:
     """Every element of every output of one call against the float64 reference `ref64` and eager torch `eager` (the
     reference run in the call's dtype), in order: count, type, shape, dtype and layout (contiguous where eager is),
     elements never written (`unwritten(t)`: a mask of the elements still holding the allocation poison, the gate's
@@ -144,7 +145,7 @@ def judge(outs: list, ref64: list, eager: list,
         return Judgement("numeric.bad_output", f"{len(outs)} outputs, the reference has {len(eager)}", ratios)
     for i, (o, e, r) in enumerate(zip(outs, eager, ref64)):
         f = floors[i] if floors else None
-        why = _layout(i, o, e, any_layout) or _unwritten(i, o, unwritten) or _values(i, o, e, r, f, ratios)
+        why = _layout(i, o, e, any_layout) or _unwritten(i, o, unwritten) or _values(i, o, e, r, f, ratios, declared)
         if why:
             return Judgement(*why, ratios)
     return Judgement(None, "", ratios)
@@ -171,7 +172,7 @@ def _unwritten(i: int, o: torch.Tensor, unwritten) -> tuple[str, str] | None:
 
 
 def _values(i: int, o: torch.Tensor, e: torch.Tensor, r: torch.Tensor, floor: torch.Tensor | None,
-            ratios: dict[str, float]) -> tuple[str, str] | None:
+            ratios: dict[str, float], declared: dict | None = None) -> tuple[str, str] | None:
     o, e, r = o.detach().cpu(), e.detach().cpu(), r.detach().cpu()
     if not o.is_floating_point():
         differ = int((o != r.to(o.dtype)).sum())
@@ -193,7 +194,26 @@ def _values(i: int, o: torch.Tensor, e: torch.Tensor, r: torch.Tensor, floor: to
     bad = ~torch.isfinite(o.to(torch.float64)) & finite_ref
     if bool(bad.any()):
         return "numeric.nonfinite", f"{int(bad.sum())} NaN/Inf in output {i} where the reference is finite"
+    if declared:
+        return _declared(i, o, r, finite_ref, declared, ratios)
     return _bound(i, o, e, r, finite_ref, floor, ratios)
+
+
+def _declared(i: int, o: torch.Tensor, r: torch.Tensor, finite_ref: torch.Tensor, declared: dict,
+              ratios: dict[str, float]) -> tuple[str, str] | None:
+    """A target's own tolerance (autokernel.toml `tolerance = {atol, rtol}`): |o - r| <= atol + rtol * |r|, each
+    element, against the float64 reference."""
+    err = (o.to(torch.float64) - r).abs()[finite_ref]
+    allowed = (declared.get("atol", 0.0) + declared.get("rtol", 0.0) * r.abs())[finite_ref]
+    ratio = float((err / allowed.clamp(min=1e-300)).max()) if err.numel() else 0.0
+    name = str(o.dtype).removeprefix("torch.")
+    ratios[name] = max(ratios.get(name, 0.0), ratio)
+    if ratio <= 1.0:
+        return None
+    k = int(torch.argmax(err / allowed.clamp(min=1e-300)))
+    return "numeric.mismatch", f"output {i}: error {float(err[k]):.3g} vs the declared tolerance's " \
+                               f"{float(allowed[k]):.3g} (atol {declared.get('atol', 0.0):g}, rtol " \
+                               f"{declared.get('rtol', 0.0):g})"
 
 
 def _bound(i: int, o: torch.Tensor, e: torch.Tensor, r: torch.Tensor, finite_ref: torch.Tensor,

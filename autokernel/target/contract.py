@@ -288,7 +288,7 @@ class ReferenceTable:
                                  + (f" (at {data['where']})" if data.get("where") else ""))
         got = data.get("sets") if isinstance(data.get("sets"), dict) else {}
         for key in todo:
-            self.table[key] = _references(got.get(f"{key[:32]}.pt"), self.reference)
+            self.table[key] = _references(got.get(f"{key[:32]}.pt"), self.reference, self.tolerance)
 
     def __call__(self, kwargs: dict) -> References:
         r = self.table.get(digest(kwargs))
@@ -302,7 +302,7 @@ class ReferenceError(Exception):
     """The checkout's reference failed or returned what cannot be judged against: the user's to fix (exit 2)."""
 
 
-def _references(blob, reference: str) -> References:
+def _references(blob, reference: str, tolerance: dict | None = None) -> References:
     if not isinstance(blob, bytes):
         raise ReferenceError(f"the reference {reference}'s job returned no outputs for a value set")
     try:
@@ -314,7 +314,7 @@ def _references(blob, reference: str) -> References:
     if not ok or len(ref64) != len(eager):
         raise ReferenceError(f"the reference {reference} must return a tensor or a tuple of tensors (the outputs the "
                              "declaration compares, in order)")
-    return References(ref64, eager, [None] * len(ref64), any_layout=True)
+    return References(ref64, eager, [None] * len(ref64), any_layout=True, declared=tolerance)
 
 
 # --- the spec -------------------------------------------------------------------------------------------------------
@@ -335,6 +335,7 @@ def imported(source: str) -> list[str]:
 def spec(op: decl.Op, calls: LauncherCalls, table: ReferenceTable) -> OpSpec:
     """The gate's OpSpec for a declared op, from its launcher's recorded calls (module docstring)."""
     lays = layouts(calls)
+    table.tolerance = dict(op.tolerance) if op.tolerance else None  # the declared tolerance, where one is declared
     incumbent = (table.root / op.file).read_text()
     if not lays:
         raise ReferenceError(f"[ops.{op.name}]: the workload's calls of {calls.launcher} left no layout the gate can "

@@ -253,3 +253,20 @@ def test_a_hostile_or_broken_reference_is_exit_2_and_changes_nothing(tmp_path, c
     err = capsys.readouterr().err
     assert expect in err and len(err.strip().splitlines()) == 1, err
     assert {p: p.read_bytes() for p in root.rglob("*") if p.is_file()} == before
+
+
+def test_a_declared_tolerance_replaces_the_derived_one(tmp_path):
+    """`tolerance = { atol, rtol }`: a kernel 1e-3 off (relative) is rejected by the derived bound and by a tight
+    declared one, accepted under a declared rtol of 1e-2 (the user's call, on their op)."""
+    off = NORM.replace("(x * r).to(", "(x * r * 1.001).to(")
+    cases = (("", False), ("tolerance = { rtol = 1e-4 }\n", False), ("tolerance = { rtol = 1e-2 }\n", True))
+    for k, (tol, ok) in enumerate(cases):
+        root = checkout(tmp_path / f"co{k}", DECLARATION + tol)
+        path = tmp_path / f"n{k}" / "norm.py"
+        path.parent.mkdir()
+        path.write_text(textwrap.dedent(off))
+        v = gate(root, path)
+        assert v.accepted is ok, (tol, [(s.name, s.reason, s.detail) for s in v.stages])
+        if not ok:
+            assert v.failure.reason == "numeric.mismatch"
+            assert ("declared tolerance" in v.failure.detail) is bool(tol)
