@@ -37,14 +37,18 @@ from pathlib import Path
 
 import torch
 
-from autokernel import device, sandbox
+from autokernel import device, paths, sandbox
 from autokernel.engine.divergence import divergence, longest_run
 from autokernel.gate import e2e_child
 from autokernel.gate.verdict import StageResult
 from autokernel.paths import INSTALLED_LAYOUT
 from autokernel.policy import Policy
 
-CACHE = INSTALLED_LAYOUT.sandbox / "cache"
+
+def _cache() -> Path:
+    """The baselines' cache: the user's cache directory (autokernel.paths.user_cache), never the installed package
+    (a wheel's site-packages) nor a checkout. Written only here, by the trusted process."""
+    return paths.user_cache() / "e2e"
 PHASES = ("prefill", "decode")  # the greedy pass's phases: what the plan cuts; "sample" (the sampled pass) follows
 
 
@@ -81,7 +85,7 @@ def baseline(policy: Policy, kernels_dir: Path | None = None) -> dict:
     """The unmodified engine's pass (autokernel/gate/e2e_child.py decode, then sampled): prompts, greedy tokens, the
     real positions' logits, each op's calls by phase ("prefill", "decode", "sample") and call site (they plan the
     candidate's job), the engine's own time per phase, and the noise floor (cached on disk)."""
-    path = CACHE / f"e2e-{_key(policy, kernels_dir)}.pt"
+    path = _cache() / f"e2e-{_key(policy, kernels_dir)}.pt"
     if path.exists():
         return torch.load(path, weights_only=True)
     from autokernel.engine import open_engine
@@ -109,7 +113,7 @@ def baseline(policy: Policy, kernels_dir: Path | None = None) -> dict:
            "floor": torch.tensor([floor.kl_mean, floor.kl_p99, floor.kl_max, floor.top1]), "calls": calls,
            "steps": steps, "load_s": clock["load"], "prefill_s": clock.get("prefill", 0.0),
            "step_s": clock.get("decode", 0.0) / max(steps, 1)}
-    CACHE.mkdir(parents=True, exist_ok=True)
+    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f"{path.name}.{secrets.token_hex(4)}.tmp")  # renamed: readers never see half a file
     torch.save(out, tmp)
     tmp.replace(path)

@@ -12,7 +12,7 @@ from autokernel.gate import e2e
 from autokernel.policy import Policy
 
 ROOT = Path(__file__).parents[2]
-# One xdist worker: the baseline these tests share is computed once and cached under sandbox/ (gate/e2e.py CACHE).
+# One xdist worker: the baseline these tests share is computed once and cached in the user cache (gate/e2e.py _cache).
 pytestmark = pytest.mark.xdist_group("e2e_baseline")  # the slow tests are marked one by one
 
 
