@@ -629,6 +629,10 @@ def nightly_cmd(
 
     from autokernel import git as delivery
     console = _console()
+    from autokernel.target import run as target_run
+    if target_run.is_target(repo):  # a checkout with autokernel.toml (docs/targets.md, section 7)
+        raise typer.Exit(target_run.nightly_command(repo, op, agent, model, base_url, policy_file, out, push, open_pr,
+                                                    github_api, console))
     progress, prs, failure = Progress(), [], None
     try:
         token = os.environ.get("GITHUB_TOKEN")

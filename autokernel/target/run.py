@@ -112,6 +112,7 @@ class TargetOutcome:
     speedup_ci: list = field(default_factory=list)
     branch: str = ""
     sha: str = ""
+    message: str = ""  # the commit message of a win (the PR body of a nightly)
 
 
 def message(op: decl.Op, m, fb: Feedback, base: str, share: float | None) -> str:
@@ -161,6 +162,7 @@ def work_on(root: Path, name: str, ctx, run_dir: Path, trace_path: Path, t: dict
     base = delivery.head(root)
     text = message(op, m, fb, base, share)
     (op_dir / "message.txt").write_text(text)
+    out.message = text
     (op_dir / "measurement.json").write_text(json.dumps(m.to_dict(), indent=1, default=str))
     if not pol.git.commit or not ctx.yes:
         return out
@@ -210,38 +212,106 @@ class Ctx:
     yes: bool
 
 
-def run_command(repo: Path | None, op: str | None, agent: str | None, model: str | None, base_url: str | None,
-                policy_file: Path | None, yes: bool, console) -> int:
-    """`autokernel run --repo` on a target: exit 0 a win (committed, or accepted and not committed), 1 no
-    improvement, 2 bad input or a model that could not be used."""
+def _context(repo: Path | None, agent, model, base_url, policy_file, yes: bool, console, nightly: bool = False):
+    """(the checkout's root, the run's Ctx): policy under trust rule 6, the agent's settings, the model (probed)."""
     from autokernel import policy as policy_mod
     from autokernel import sandbox
     from autokernel.agent.command import agent_settings, make_model
     from autokernel.agent.providers import preflight
     from autokernel.git import toplevel
     from autokernel.target.init_command import checkout_root
-    try:
-        root = checkout_root(repo)
-        toplevel(root)
-        pol = policy_mod.for_checkout(root, policy_file, flags=policy_mod.flags(agent, base_url, None))
-        settings = agent_settings(pol, agent, model, base_url)
-        settled = preflight(settings.provider, settings.model, settings.base_url)
-        if settings.model is None and settled:
-            settings = settings.model_copy(update={"model": settled})
-        sandbox.preflight(pol.sandbox, untrusted_author=settings.provider != "search")
-        ctx = Ctx(pol, settings, make_model(settings, seed=0, bench=pol.bench), console, yes)
-        outcomes = pipeline(ctx, root, op)
-    except UserError as e:
-        console.print(f"autokernel run: error: {line(e, 1000)}", markup=False)
-        return 2
+    root = checkout_root(repo)
+    toplevel(root)
+    pol = policy_mod.for_checkout(root, policy_file, flags=policy_mod.flags(agent, base_url, None))
+    settings = agent_settings(pol, agent, model, base_url)
+    settled = preflight(settings.provider, settings.model, settings.base_url)
+    if settings.model is None and settled:
+        settings = settings.model_copy(update={"model": settled})
+    sandbox.preflight(pol.sandbox, untrusted_author=nightly or settings.provider != "search")
+    return root, Ctx(pol, settings, make_model(settings, seed=0, bench=pol.bench), console, yes)
+
+
+def _show(console, outcomes: list[TargetOutcome]) -> None:
     for o in outcomes:
         ci = f" [{o.speedup_ci[0]:.3f}, {o.speedup_ci[1]:.3f}]" if o.speedup_ci else ""
         where = f" on {o.branch} ({o.sha[:10]})" if o.sha else ""
         console.print(f"{o.op}: {o.status}{where}" + (f", {o.speedup:.3f}x{ci}" if o.speedup else "")
                       + f": {o.detail}", markup=False, soft_wrap=True)
+
+
+def run_command(repo: Path | None, op: str | None, agent: str | None, model: str | None, base_url: str | None,
+                policy_file: Path | None, yes: bool, console) -> int:
+    """`autokernel run --repo` on a target: exit 0 a win (committed, or accepted and not committed), 1 no
+    improvement, 2 bad input or a model that could not be used."""
+    try:
+        root, ctx = _context(repo, agent, model, base_url, policy_file, yes, console)
+        outcomes = pipeline(ctx, root, op)
+    except UserError as e:
+        console.print(f"autokernel run: error: {line(e, 1000)}", markup=False)
+        return 2
+    _show(console, outcomes)
     if any(o.status == "model_error" for o in outcomes):
         return 2
     if any(o.status in ("committed", "accepted", "already_delivered") for o in outcomes):
         return 0
     console.print("no improvement: every kernel stays as it is")
     return 1
+
+
+def nightly_command(repo: Path | None, op: str | None, agent, model, base_url, policy_file, out: Path, push: bool,
+                    open_pr: bool, github_api: str, console) -> int:
+    """`autokernel nightly --repo` on a target: the same loop, non-interactive (commits), then --push / --open-pr;
+    --out gets summary.json and pr.md whatever happened. Exit 0 with or without a win; 2 a model that could not be
+    used, bad input or environment (written to the artifacts too)."""
+    import os
+
+    from autokernel import git as delivery
+    outcomes: list[TargetOutcome] = []
+    prs: list[str] = []
+    error = None
+    try:
+        token = os.environ.get("GITHUB_TOKEN")
+        if open_pr and not token:
+            raise UserError("--open-pr needs GITHUB_TOKEN in the environment")
+        root, ctx = _context(repo, agent, model, base_url, policy_file, True, console, nightly=True)
+        outcomes = pipeline(ctx, root, op)
+        for o in outcomes:
+            if o.status != "committed" or not (push or open_pr):
+                continue
+            delivery.push(root, o.branch)
+            if open_pr:
+                base = delivery.git(root, "rev-parse", "--abbrev-ref", "HEAD")
+                title, _, body = o.message.partition("\n\n")
+                prs.append(delivery.open_pull_request(delivery.github_slug(root), o.branch, base, title, body,
+                                                      token, github_api))
+    except UserError as e:
+        error = line(e, 1000)
+        console.print(f"autokernel nightly: error: {error}", markup=False)
+    finally:
+        write_nightly(out, outcomes, prs, error)
+    _show(console, outcomes)
+    console.print(f"nightly: {sum(o.status == 'committed' for o in outcomes)} commit(s); wrote {out / 'summary.json'} "
+                  f"and {out / 'pr.md'}", markup=False, soft_wrap=True)
+    return 2 if error or any(o.status == "model_error" for o in outcomes) else 0
+
+
+def write_nightly(out: Path, outcomes: list[TargetOutcome], prs: list[str], error: str | None) -> None:
+    """--out/summary.json and --out/pr.md: the wins' commit messages as PR bodies, else why there is none."""
+    from dataclasses import asdict
+
+    from autokernel import device
+    from autokernel.untrusted import fenced, inert
+    out.mkdir(parents=True, exist_ok=True)
+    wins = [f"# {o.message}" for o in outcomes if o.status == "committed" and o.message]
+    if wins:
+        report = "\n\n---\n\n".join(wins)
+    elif error:
+        report = f"# autokernel nightly: stopped\n\n{fenced(inert(error))}\n"
+    else:
+        rows = "\n".join(f"- {o.op}: {o.status}: {inert(line(o.detail, 300))}" for o in outcomes)
+        report = f"# autokernel nightly: no improvement\n\n{fenced(rows or 'no declared op was tried')}\n"
+    (out / "pr.md").write_text(report)
+    (out / "summary.json").write_text(json.dumps({"target": True, "device": device.fingerprint(),
+                                                  "outcomes": [asdict(o) for o in outcomes], "pull_requests": prs,
+                                                  "error": error}, indent=1, default=str))
+

@@ -1,0 +1,46 @@
+"""`autokernel nightly --repo` on a target writes summary.json and pr.md whatever happens (autokernel/target/run.py):
+here a model server that is not there (exit 2, the error in both artifacts, the checkout untouched) and a target
+whose ops are all protected (exit 0, no op tried). The winning path is test_target_run.py's (run --repo)."""
+import json
+import os
+import subprocess
+import sys
+
+import git
+from test_target_gate import DECLARATION, checkout
+
+CLI = [str(os.path.join(os.path.dirname(sys.executable), "autokernel"))]
+
+
+def nightly(root, out, tmp_path, *extra):
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache"), "AUTOKERNEL_CONFIG": "",
+           "OPENAI_API_KEY": "sk-test"}
+    return subprocess.run(CLI + ["nightly", "--repo", str(root), "--out", str(out), *extra], capture_output=True,
+                          text=True, timeout=600, env=env)
+
+
+def committed(root):
+    repo = git.Repo.init(root)
+    repo.index.add([str(p.relative_to(root)) for p in root.rglob("*") if p.is_file() and ".git" not in p.parts])
+    repo.index.commit("target", author=git.Actor("u", "u@x"), committer=git.Actor("u", "u@x"))
+    return repo
+
+
+def test_a_model_server_that_is_not_there_still_writes_the_artifacts(tmp_path):
+    repo = committed(checkout(tmp_path / "co"))
+    r = nightly(repo.working_tree_dir, tmp_path / "out", tmp_path, "--agent", "openai", "--base-url",
+                "http://127.0.0.1:9/v1")
+    assert r.returncode == 2, r.stdout + r.stderr
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["target"] is True and summary["error"] and summary["outcomes"] == []
+    assert "# autokernel nightly: stopped" in (tmp_path / "out" / "pr.md").read_text()
+    assert not repo.is_dirty(untracked_files=True) and [h.name for h in repo.heads] == [repo.active_branch.name]
+
+
+def test_a_target_with_every_op_protected_tries_nothing(tmp_path):
+    repo = committed(checkout(tmp_path / "co", DECLARATION + "protected = true\n"))
+    r = nightly(repo.working_tree_dir, tmp_path / "out", tmp_path, "--agent", "search")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "no declared op was tried" in (tmp_path / "out" / "pr.md").read_text()
+    assert json.loads((tmp_path / "out" / "summary.json").read_text())["outcomes"] == []
+    assert not repo.is_dirty(untracked_files=True)
