@@ -7,7 +7,8 @@
 - watch.py    what the parent sees of a running job from outside: its processes, CPU time and wall time
 - stats.py    medians, paired speedups and bootstrap intervals (trusted side)
 - roofline.py device peaks and the physics floor (shared with the ranker)
-- measure.py  the result types and the judgement: accepted iff the weighted speedup's lower bound clears the policy
+- results.py  the result types and the judgement: accepted iff the weighted speedup's lower bound clears the policy
               and nothing is implausible
+- measure.py  `measure`: the rounds, judged by results.judge (and the result types, re-exported)
 - command.py  `autokernel bench` (the gate's static stage first: a refused file is never timed)
 """

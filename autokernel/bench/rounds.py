@@ -54,7 +54,7 @@ import numpy as np
 from autokernel import device as device_mod
 from autokernel import harness, sandbox
 from autokernel.bench import job, lockstep, roofline, toolchain
-from autokernel.bench.measure import CPU_LABEL, IncumbentFailed, Measurement, judge
+from autokernel.bench.results import CPU_LABEL, IncumbentFailed, Measurement, judge
 from autokernel.bench.stats import rse_of_median, se_of_weighted_log_ratio
 from autokernel.ops import get
 from autokernel.ops.tolerance import References, references

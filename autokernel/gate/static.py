@@ -6,7 +6,8 @@ allows; the tables live in autokernel/gate/allowlist.py, next to the runtime gua
 imports, module constants bound to immutable literals, @triton.jit kernels (autotune/heuristics decorators with
 literal configs), and the launcher def(s) of kernels/<op>.py. Kernel bodies: autokernel/gate/static_kernel.py
 (decorators: static_decorators.py); launchers: static_host.py (statements) and static_kinds.py (expressions);
-shared rules: static_common.py. The runtime stage (autokernel/gate/child.py) does not trust this one.
+shared rules: static_common.py; the types they share (Finding, Facts): static_facts.py. The runtime stage
+(autokernel/gate/child.py) does not trust this one.
 
 Every finding is kept, each with a stable reason code, ordered most telling first; the verdict names the first and
 the metrics carry all of them, so the agent can fix everything at once.
@@ -14,11 +15,11 @@ the metrics carry all of them, so the agent can fix everything at once.
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from autokernel.gate import allowlist as A
 from autokernel.gate import static_common, static_decorators, static_host, static_kernel
+from autokernel.gate.static_facts import Facts, Finding  # re-exported: callers import them from here
 from autokernel.gate.verdict import StageResult
 from autokernel.paths import INSTALLED_LAYOUT
 
@@ -29,17 +30,6 @@ REASON_ORDER = ("static.syntax", "static.forbidden_import", "static.fallback", "
                 "static.no_triton_kernel", "static.mutable_state", "static.forbidden_call",
                 "static.forbidden_attribute", "static.forbidden_syntax", "static.shape_special_case",
                 "static.signature")
-
-
-@dataclass(frozen=True)
-class Finding:
-    reason: str
-    line: int
-    detail: str
-    node: str = field(default="", compare=False)  # what a target's incumbent must share to excuse it (_node_key)
-
-    def text(self) -> str:
-        return f"line {self.line}: {self.detail}" if self.line else self.detail
 
 
 def check_file(path: Path, op: str, reference_launcher: Path | None = None, *,
@@ -96,20 +86,6 @@ def find(source: str | bytes, op: str, reference_launcher: Path | None = None, *
     return out
 
 
-def _node_key(node) -> str:
-    """What an incumbent's finding must share with a candidate's to excuse it (excused): the node, position-free;
-    for a call, its callee (the incumbent calls its helper `calculate_settings` or libdevice's `rsqrt`: a candidate
-    may call them, on other arguments too); for a `with`, its header (the body's statements are checked one by
-    one)."""
-    if not isinstance(node, ast.AST):
-        return ""
-    if isinstance(node, ast.Call):
-        return "call " + ast.dump(node.func)
-    if isinstance(node, (ast.With, ast.AsyncWith)):
-        return "with " + ast.dump(ast.Tuple(elts=[i.context_expr for i in node.items], ctx=ast.Load()))
-    return ast.dump(node)
-
-
 def excused(findings: list[Finding], incumbent: list[Finding]) -> list[Finding]:
     """A target's candidate against the grammar, relative to its incumbent (a third-party file: Liger's imports its
     own helpers, defines autograd classes and backward kernels): a finding is excused when the incumbent has the same
@@ -129,36 +105,6 @@ def excused(findings: list[Finding], incumbent: list[Finding]) -> list[Finding]:
         else:
             out.append(f)
     return out
-
-
-# --- what the module binds ------------------------------------------------------------------------------------------
-
-@dataclass
-class Facts:
-    """What the module level binds, shared by the kernel and host checkers."""
-    op: str
-    allow_inline_asm: bool
-    reference: dict[str, dict]  # launcher name -> its parameters in the incumbent (see _params)
-    relative: bool = False  # a target's file, judged relative to its incumbent (excused): `with` bodies are checked
-    reinterpret: frozenset[str] = frozenset()  # bit reinterpretation the incumbent uses (static_common.reinterpret)
-    aliases: dict[str, str] = field(default_factory=dict)  # local name -> qualified: tl -> triton.language
-    jit: dict[str, ast.FunctionDef] = field(default_factory=dict)
-    launchers: dict[str, ast.FunctionDef] = field(default_factory=dict)
-    constants: dict[str, str | None] = field(default_factory=dict)  # name -> qualified dtype it names, else None
-    findings: list[Finding] = field(default_factory=list)
-    rejected: dict[str, int] = field(default_factory=dict)  # names bound by a rejected statement -> its line
-
-    def add(self, reason: str, node: ast.AST | None, detail: str) -> None:
-        self.findings.append(Finding(reason, getattr(node, "lineno", 0) or 0, detail, _node_key(node)))
-
-    def qual(self, node: ast.AST) -> str | None:
-        """`tl.sum` -> "triton.language.sum" when rooted in an import; a dtype constant -> its dtype."""
-        if isinstance(node, ast.Name):
-            return self.aliases.get(node.id) or self.constants.get(node.id)
-        if isinstance(node, ast.Attribute):
-            base = self.qual(node.value)
-            return f"{base}.{node.attr}" if base else None
-        return None
 
 
 def _dunders(tree: ast.Module, facts: Facts) -> None:

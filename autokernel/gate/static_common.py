@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from autokernel.gate import allowlist as A
 
 if TYPE_CHECKING:
-    from autokernel.gate.static import Facts
+    from autokernel.gate.static_facts import Facts
 
 _PARSE_LOCK = threading.Lock()
 

@@ -11,7 +11,7 @@ from autokernel.gate import allowlist as A
 from autokernel.gate.static_common import literal, special
 
 if TYPE_CHECKING:
-    from autokernel.gate.static import Facts
+    from autokernel.gate.static_facts import Facts
 
 
 def check_decorators(fn: ast.FunctionDef, facts: Facts) -> None:

@@ -44,7 +44,7 @@ from autokernel.gate.static_kinds import (
 )
 
 if TYPE_CHECKING:
-    from autokernel.gate.static import Facts
+    from autokernel.gate.static_facts import Facts
 
 
 def launches(fn: ast.FunctionDef, facts: Facts) -> bool:

@@ -26,7 +26,7 @@ from autokernel.gate.static_common import (
 )
 
 if TYPE_CHECKING:
-    from autokernel.gate.static import Facts
+    from autokernel.gate.static_facts import Facts
 
 TL = "triton.language."
 

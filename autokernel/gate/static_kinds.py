@@ -15,7 +15,7 @@ from autokernel.gate import allowlist as A
 from autokernel.gate.static_common import TYPE_NAMES, host_view_dtype, name_why, narrow, precision
 
 if TYPE_CHECKING:
-    from autokernel.gate.static import Facts
+    from autokernel.gate.static_facts import Facts
 
 T, TS, S, SH, DT, DV, INFO, META, G, TYPE, ANY = ("tensor", "tensors", "scalar", "shape", "dtype", "device", "info",
                                                  "meta", "grid", "type", "any")
