@@ -86,7 +86,9 @@ def assert_committed(repo: git.Repo, base: str, r) -> git.Commit:
 
 def test_offline_search_commits_a_faster_launch_configuration(slow_target, tmp_path):
     base = slow_target.head.commit.hexsha
-    r = run(["--repo", slow_target.working_tree_dir, "--agent", "search"], tmp_path)
+    one = tmp_path / "one.yaml"  # one candidate (the search's first step, BLOCK 8 -> 16, is the win): CI time
+    one.write_text(POLICY.replace("max_iterations: 2", "max_iterations: 1"))
+    r = run(["--repo", slow_target.working_tree_dir, "--agent", "search", "--policy", str(one)], tmp_path)
     c = assert_committed(slow_target, base, r)
     assert "BLOCK=8)" not in c.tree["toyt/ops/norm.py"].data_stream.read().decode()
 
