@@ -270,3 +270,18 @@ def test_a_declared_tolerance_replaces_the_derived_one(tmp_path):
         if not ok:
             assert v.failure.reason == "numeric.mismatch"
             assert ("declared tolerance" in v.failure.detail) is bool(tol)
+
+
+def test_the_checkouts_code_never_sees_the_users_secrets(tmp_path, monkeypatch):
+    """The reference and the engine (checkout code) run in sandboxed jobs whose environment is an allowlist: an API
+    key in autokernel's own environment is not in theirs (they raise if it is, and the verdict would not be
+    ACCEPTED)."""
+    root = checkout(tmp_path / "co")
+    leak = "\n\nif __import__('os').environ.get('OPENAI_API_KEY') or __import__('os').environ.get('GITHUB_TOKEN'):\n" \
+           "    raise RuntimeError('the checkout saw a secret')\n"
+    for rel in ("toyt/reference.py", "toyt/engine.py"):
+        (root / rel).write_text((root / rel).read_text() + leak)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-secret")
+    monkeypatch.setenv("GITHUB_TOKEN", "ghp_secret")
+    v = gate(root, root / "toyt/ops/norm.py", e2e=True)
+    assert v.accepted, [(s.name, s.reason, s.detail) for s in v.stages]
