@@ -160,13 +160,20 @@ def commit_files(repo_path: str | Path, branch: str, files: dict[str, str | byte
     raise DeliveryError(f"{root}: could not create a branch named like {branch!r}")
 
 
-def delivered(repo_path: str | Path, path: str, content: bytes, prefix: str = "autokernel/",
+def delivered(repo_path: str | Path, path: str, content: bytes | None, prefix: str = "autokernel/",
               base: str | None = None) -> Delivered | None:
     """A branch named <prefix>... (local or a remote's) whose tip is one commit over `base` (default: HEAD) holding
-    exactly `content` at `path`: the delivery a new one would repeat; None if there is none."""
+    exactly `content` at `path`: the delivery a new one would repeat; None if there is none. content None: any
+    content at `path` other than base's (a delivery for that file, whatever it holds)."""
     root = toplevel(repo_path)
     base = base or head(root)
-    blob = git(root, "hash-object", "--stdin", input=content)  # no -w: nothing is written
+    if content is None:
+        try:
+            blob = "!" + git(root, "rev-parse", "--verify", "--quiet", f"{base}:{_rel(path)}")
+        except DeliveryError:
+            blob = "!"
+    else:
+        blob = git(root, "hash-object", "--stdin", input=content)  # no -w: nothing is written
     rows = git(root, "for-each-ref", "--format=%(refname)%09%(objectname)%09%(parent)", "refs/heads/",
                "refs/remotes/")
     for row in rows.splitlines():
@@ -175,7 +182,8 @@ def delivered(repo_path: str | Path, path: str, content: bytes, prefix: str = "a
         if not name.startswith(prefix) or parents.split() != [base]:
             continue
         try:
-            if git(root, "rev-parse", "--verify", "--quiet", f"{sha}:{_rel(path)}") == blob:
+            there = git(root, "rev-parse", "--verify", "--quiet", f"{sha}:{_rel(path)}")
+            if there == blob or (blob.startswith("!") and there != blob[1:]):
                 return Delivered(ref.removeprefix("refs/heads/").removeprefix("refs/remotes/"), sha, base, (path,))
         except DeliveryError:  # the file is not in that commit
             continue

@@ -140,6 +140,10 @@ def work_on(root: Path, name: str, ctx, run_dir: Path, trace_path: Path, t: dict
     d = decl.load(root)
     op = d.ops[name]
     op_dir = run_dir / name
+    if ctx.policy.git.commit and (dd := delivery.delivered(root, op.file, None, ctx.policy.git.branch_prefix)):
+        return TargetOutcome(name, "already_delivered", f"a delivery of {op.file} over this base is waiting on "
+                             f"{dd.branch} ({dd.sha[:10]}): not tried again until it is merged or deleted",
+                             branch=dd.branch, sha=dd.sha)
     evaluator = TargetEvaluator(root, name, ctx.policy, op_dir, trace_path)
     session = Session(name, ctx.llm, evaluator, prompt(root, op, t), ctx.settings, op_dir)
     result = session.run()
@@ -309,7 +313,9 @@ def write_nightly(out: Path, outcomes: list[TargetOutcome], prs: list[str], erro
         report = f"# autokernel nightly: stopped\n\n{fenced(inert(error))}\n"
     else:
         rows = "\n".join(f"- {o.op}: {o.status}: {inert(line(o.detail, 300))}" for o in outcomes)
-        report = f"# autokernel nightly: no improvement\n\n{fenced(rows or 'no declared op was tried')}\n"
+        what = "already delivered" if outcomes and all(o.status == "already_delivered" for o in outcomes) else \
+            "no improvement"
+        report = f"# autokernel nightly: {what}\n\n{fenced(rows or 'no declared op was tried')}\n"
     (out / "pr.md").write_text(report)
     (out / "summary.json").write_text(json.dumps({"target": True, "device": device.fingerprint(),
                                                   "outcomes": [asdict(o) for o in outcomes], "pull_requests": prs,

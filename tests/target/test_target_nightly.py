@@ -44,3 +44,20 @@ def test_a_target_with_every_op_protected_tries_nothing(tmp_path):
     assert "no declared op was tried" in (tmp_path / "out" / "pr.md").read_text()
     assert json.loads((tmp_path / "out" / "summary.json").read_text())["outcomes"] == []
     assert not repo.is_dirty(untracked_files=True)
+
+
+def test_a_delivery_waiting_on_a_branch_is_not_redone(tmp_path):
+    """An autokernel/* branch one commit over this base that changes the op's file: the op is not tried again (no
+    session, no new branch) until it is merged or deleted."""
+    repo = committed(checkout(tmp_path / "co"))
+    base = repo.head.commit
+    from autokernel import git as delivery
+    delivery.commit_files(repo.working_tree_dir, "autokernel/2026-01-01-norm",
+                          {"toyt/ops/norm.py": (tmp_path / "co/toyt/ops/norm.py").read_text() + "\n# faster\n"},
+                          "an earlier win")
+    before = sorted(h.name for h in repo.heads)
+    r = nightly(repo.working_tree_dir, tmp_path / "out", tmp_path, "--agent", "search")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "# autokernel nightly: already delivered" in (tmp_path / "out" / "pr.md").read_text()
+    assert "autokernel/2026-01-01-norm" in (tmp_path / "out" / "pr.md").read_text()
+    assert sorted(h.name for h in repo.heads) == before and repo.head.commit == base
