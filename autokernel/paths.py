@@ -18,8 +18,10 @@ must be directories of its own, not symlinks out of it.
 """
 from __future__ import annotations
 
+import ast
 import os
 import stat
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -90,10 +92,20 @@ def read_text(path: str | Path, root: str | Path, limit: int = MAX_FILE_BYTES) -
         raise UserError(f"{path}: not UTF-8 text (byte offset {e.start})") from None
 
 
+_PARSE_LOCK = threading.Lock()
+
+
+def parse(source: str | bytes) -> ast.Module:
+    """ast.parse under a lock: CPython 3.11's parser is not thread-safe ("AST constructor recursion depth mismatch"
+    when two threads parse at once, as parallel verifies do), and the gate is called from worker threads. The one
+    parser: the gate's static stage (autokernel.gate.static_common re-exports it) and read_python."""
+    with _PARSE_LOCK:
+        return ast.parse(source)
+
+
 def read_python(path: str | Path, root: str | Path) -> str:
     """read_text() of a Python file (an incumbent kernel), which must parse: one that does not is bad input (exit 2)
     naming the file and the line number, never its text (the file may be a symlinked env file)."""
-    from autokernel.gate.static_common import parse  # the gate's one parser (thread-safe)
     text = read_text(path, root)
     try:
         parse(text)

@@ -4,22 +4,13 @@ from __future__ import annotations
 
 import ast
 import builtins
-import threading
 from typing import TYPE_CHECKING
 
 from autokernel.gate import allowlist as A
+from autokernel.paths import parse as parse  # re-exported: the gate's one parser
 
 if TYPE_CHECKING:
     from autokernel.gate.static_facts import Facts
-
-_PARSE_LOCK = threading.Lock()
-
-
-def parse(source: str | bytes) -> ast.Module:
-    """ast.parse under a lock: CPython 3.11's parser is not thread-safe ("AST constructor recursion depth mismatch"
-    when two threads parse at once, as parallel verifies do), and the gate is called from worker threads."""
-    with _PARSE_LOCK:
-        return ast.parse(source)
 
 
 class BadStatement:

@@ -10,6 +10,8 @@ import typer
 
 from autokernel.errors import UserError
 from autokernel.profile.profiler import CPU_TIMED_PER_SHAPE
+from autokernel.profile.show import console as _console
+from autokernel.profile.show import pct as _pct
 
 
 def _policy(path: Optional[Path]):
@@ -146,17 +148,6 @@ def _rank_target(root: Path, trace_path: Optional[Path], as_json: bool, plot_fil
     t = rank_target.load(root, trace_path)
     pol = policy.for_checkout(root, policy_file, uses=("ops",))
     rank_target.show(t, pol, as_json, op)
-
-
-def _console():
-    """Rich's console; piped output gets 150 columns rather than 80, so the rank table is not cut to ellipses."""
-    from rich.console import Console
-    console = Console()
-    return console if console.is_terminal else Console(width=max(console.width, 150))
-
-
-def _pct(x: float | None, digits: int = 1) -> str:
-    return "—" if x is None else f"{100 * x:.{digits}f}%"
 
 
 def print_rank(t: dict, ranked, top: int | None = None) -> None:

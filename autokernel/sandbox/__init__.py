@@ -50,8 +50,25 @@ read every Python object of its process and knows this code):
   sandbox.timeout | sandbox.oom | sandbox.crash | sandbox.error (entry raised: detail = last traceback line) |
   sandbox.no_isolation.
 """
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Sequence
+
+from autokernel.sandbox import slots as _slots
 from autokernel.sandbox.runner import LOG_NAME, REASONS, SandboxResult, entry_name, kill_all, preflight, run
-from autokernel.sandbox.slots import default_slots, pinned_env, run_many
+from autokernel.sandbox.slots import default_slots, pinned_env
+
+if TYPE_CHECKING:
+    from autokernel.policy import Sandbox
 
 __all__ = ["LOG_NAME", "REASONS", "SandboxResult", "default_slots", "entry_name", "kill_all", "pinned_env", "preflight",
            "run", "run_many"]
+
+
+def run_many(jobs: Sequence[tuple], limits: Sandbox, *, slots: Sequence[_slots.Slot] | None = None,
+             pythonpath: Sequence[Path] = ()) -> list:
+    """Run (entry, payload, job_dir[, inputs]) jobs on free slots, at most one job per slot at a time; results in
+    job order (autokernel/sandbox/slots.py). Each job calls this package's `run` as looked up now, so a test double
+    patched onto autokernel.sandbox reaches the pool too."""
+    return _slots.run_many(jobs, limits, run=run, slots=slots, pythonpath=pythonpath)

@@ -16,7 +16,7 @@ import queue
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 if TYPE_CHECKING:
     from autokernel.policy import Sandbox
@@ -69,11 +69,11 @@ def default_slots(limits: Sandbox) -> list[Slot]:
     return [Slot(i, {"OMP_NUM_THREADS": threads}) for i in range(n)]
 
 
-def run_many(jobs: Sequence[tuple], limits: Sandbox, *, slots: Sequence[Slot] | None = None,
+def run_many(jobs: Sequence[tuple], limits: Sandbox, *, run: Callable, slots: Sequence[Slot] | None = None,
              pythonpath: Sequence[Path] = ()) -> list:
     """Run (entry, payload, job_dir[, inputs]) jobs on free slots, at most one job per slot at a time; results in
-    job order."""
-    from autokernel.sandbox import run
+    job order. `run`: the package's autokernel.sandbox.run (passed in by autokernel.sandbox.run_many; this module
+    does not import its package back)."""
     slots = list(slots or default_slots(limits))
     free: queue.Queue[Slot] = queue.Queue()
     for s in slots:

@@ -127,8 +127,9 @@ def bench_target(repo: Path, name: str, candidates: list[Path], trace: Path | No
     from rich.console import Console
 
     from autokernel import policy as policy_mod
-    from autokernel.bench.command import _print_refused, render
     from autokernel.bench.measure import IncumbentFailed
+    from autokernel.bench.show import print_refused as _print_refused
+    from autokernel.bench.show import render
     from autokernel.target.init_command import checkout_root
     from autokernel.untrusted import data, line
     try:

@@ -75,7 +75,8 @@ def _sites(e: dict) -> str:
 def print_rank(t: dict, ranked: list[dict]) -> None:
     from rich.table import Table
 
-    from autokernel.profile.command import _console, _pct
+    from autokernel.profile.show import console as _console
+    from autokernel.profile.show import pct as _pct
     from autokernel.untrusted import markup
     console = _console()
     tg, timing, totals = t["target"], t.get("timing", {}), t.get("totals", {})
@@ -111,7 +112,7 @@ def print_rank(t: dict, ranked: list[dict]) -> None:
 def print_op(t: dict, op: str) -> None:
     from rich.table import Table
 
-    from autokernel.profile.command import _console
+    from autokernel.profile.show import console as _console
     from autokernel.untrusted import markup
     e = t["ops"][op]
     console = _console()
