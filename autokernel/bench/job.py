@@ -124,7 +124,7 @@ class _Guard:
 
     def __init__(self, op: str, spec, target: harness.TargetKernel | None = None):
         if target is not None:
-            self.base = harness.Snapshot(target["module"], (__name__, "autokernel.target.interp"))
+            self.base = harness.Snapshot(target["module"], (__name__, "autokernel.interp"))
             return
         strict = (__name__, "autokernel.ops.spec", f"autokernel.ops.{op}")
         self.base = harness.Snapshot(kernel_loader.module_name(op), strict, {f"{op} spec": spec})
@@ -278,7 +278,7 @@ def _target(payload: BenchPayload, target: harness.TargetKernel, inputs: Path, d
     (autokernel/gate/child.py): the interpreter layer installed, the incumbent's imports imported, the file executed
     under the checkout's module name (the checkout is on the job's path). The input sets come from the parent's
     files (the op's generator is built from the workload's records, in the parent)."""
-    from autokernel.target import interp
+    from autokernel import interp
     interp.install()  # third-party Triton under the CPU interpreter, before the checkout's modules bind names
     harness.preload(target.get("preload") or ())
     seed = int(payload["seed"])

@@ -375,7 +375,7 @@ def numeric(payload: NumericPayload, inputs) -> NumericReport:
     module_name = target["module"] if target else kernel_loader.module_name(op)
     kernel_loader.neutral_process()
     if target:
-        from autokernel.target import interp
+        from autokernel import interp
         interp.install()  # third-party Triton under the CPU interpreter (before the checkout's modules bind names)
         harness.preload(target.get("preload") or ())
     guard = Guard(payload["poison"])

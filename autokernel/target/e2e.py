@@ -36,8 +36,7 @@ def engine_job(payload: dict, inputs) -> dict:
     prefixes, and generates freely too."""
     import torch
 
-    from autokernel import device, kernel_loader
-    from autokernel.target import interp
+    from autokernel import device, interp, kernel_loader
     from autokernel.target.launches import _failed
     device.ensure_interpreter()
     interp.install()

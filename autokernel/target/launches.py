@@ -267,7 +267,7 @@ def discover(payload: dict, inputs: Path) -> dict:
     broke its contract."""
     from autokernel import device
     device.ensure_interpreter()
-    from autokernel.target import interp
+    from autokernel import interp
     interpreted = interp.install()
     root, build = payload["root"], payload["build"]
     hook = LaunchHook(root)

@@ -6,7 +6,7 @@ import sys
 from autokernel import device
 
 device.ensure_interpreter()
-from autokernel.target import interp  # noqa: E402
+from autokernel import interp  # noqa: E402
 
 interp.install()
 sys.path.insert(0, sys.argv[1])

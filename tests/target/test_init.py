@@ -42,7 +42,7 @@ def add(x, y):
     _add_kernel[(triton.cdiv(x.numel(), 64),)](x, y, out, x.numel(), BLOCK=64)
     return out
 '''
-# What autokernel.target.interp makes run on CPU, as Liger's kernels need it: a float scalar used as compiled Triton
+# What autokernel.interp makes run on CPU, as Liger's kernels need it: a float scalar used as compiled Triton
 # gives it (alpha.to fails on the bare interpreter), libdevice (a stub returning None there), two autotune configs
 # (benchmarking needs a GPU); and bf16 arithmetic (the engine's bf16 add: garbage on the bare interpreter).
 SCALE = '''
