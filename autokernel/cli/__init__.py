@@ -120,8 +120,9 @@ def _die_with_jobs() -> None:
 def main() -> None:
     # The sub-commands that live with their stage register themselves; imported only when a command runs, so that
     # `import autokernel.cli` stays light.
-    from autokernel import policy_command, run
+    from autokernel import run
     from autokernel.agent import ledger
+    from autokernel.cli import policy as policy_command
     from autokernel.gate import command as gate_command
     from autokernel.profile import command as profile_command
     from autokernel.target import init_command
