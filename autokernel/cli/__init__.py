@@ -118,12 +118,12 @@ def _die_with_jobs() -> None:
 
 
 def main() -> None:
-    # The sub-commands that live with their stage register themselves; imported only when a command runs, so that
-    # `import autokernel.cli` stays light.
+    # The sub-commands register themselves (here in cli/, or still with their stage); imported only when a command
+    # runs, so that `import autokernel.cli` stays light.
     from autokernel import run
     from autokernel.agent import ledger
     from autokernel.cli import policy as policy_command
-    from autokernel.gate import command as gate_command
+    from autokernel.cli import verify as gate_command
     from autokernel.profile import command as profile_command
     from autokernel.target import init_command
     for stage in (gate_command, profile_command, policy_command, run, ledger, init_command):

@@ -46,7 +46,7 @@ def test_cluster_without_ray_says_how_to_install(monkeypatch, capsys):
     monkeypatch.setenv("RAY_ADDRESS", "head:6379")
     with pytest.raises(UserError, match=r"pip install -e '\.\[ray\]'"):
         cluster.executor(None, Policy())
-    from autokernel.gate.command import verify_command
+    from autokernel.cli.verify import verify_command
     assert verify_command("silu_mul", KERNEL, cluster="ray://head:10001") == 2
     assert "pip install -e '.[ray]'" in capsys.readouterr().err
 

@@ -6,8 +6,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from autokernel.gate import StageResult, command, e2e, numeric
-from autokernel.gate.command import verify_command
+from autokernel.cli import verify as command
+from autokernel.cli.verify import verify_command
+from autokernel.gate import StageResult, e2e, numeric
 from autokernel.paths import INSTALLED_LAYOUT
 
 FIXTURES = Path(__file__).parent / "fixtures" / "rmsnorm"

@@ -99,7 +99,7 @@ def test_the_command_line_user_config_and_policy_flag_are_trusted(checkout, tmp_
 
 
 def test_a_command_is_refused_only_for_what_it_acts_on(checkout, capsys):
-    from autokernel.gate.command import verify_command
+    from autokernel.cli.verify import verify_command
     policies(checkout, "agent:\n  provider: openai\n")
     assert verify_command("rmsnorm", STATIC_REJECT) == 1  # verify sends no key: the field is not its business
     with pytest.raises(UserError, match="agent.provider"):
@@ -207,7 +207,7 @@ def test_verify_and_bench_refuse_a_symlinked_incumbent(checkout, secret, capsys,
 
 def _run(command: str, as_json: bool) -> int:
     if command == "verify":
-        from autokernel.gate.command import verify_command
+        from autokernel.cli.verify import verify_command
         return verify_command("rmsnorm", STATIC_REJECT, as_json=as_json)
     from autokernel.bench.command import bench_command
     return bench_command("rmsnorm", [STATIC_REJECT], None, as_json)
@@ -234,14 +234,14 @@ def _verdicts(under: Path) -> list[Path]:
 
 
 def test_verify_writes_into_the_checkout_it_runs_in(checkout, capsys):
-    from autokernel.gate.command import verify_command
+    from autokernel.cli.verify import verify_command
     before = _verdicts(INSTALLED / "sandbox")
     assert verify_command("rmsnorm", STATIC_REJECT) == 1
     assert len(_verdicts(checkout / "sandbox")) == 1 and _verdicts(INSTALLED / "sandbox") == before
 
 
 def test_verify_outside_a_checkout_writes_into_the_user_cache(tmp_path, monkeypatch, capsys):
-    from autokernel.gate.command import verify_command
+    from autokernel.cli.verify import verify_command
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     before = _verdicts(INSTALLED / "sandbox")

@@ -11,7 +11,7 @@ from autokernel.agent.command import summary
 from autokernel.agent.evaluate import Feedback
 from autokernel.agent.loop import Candidate, Result
 from autokernel.bench import command as bench_command
-from autokernel.gate import command as gate_command
+from autokernel.cli import verify as gate_command
 from autokernel.gate.verdict import StageResult, Verdict
 from autokernel.run import OpOutcome, RunState, show
 from autokernel.untrusted import fenced, line, markup, plain

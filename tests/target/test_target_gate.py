@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from autokernel.gate.command import verify_command
+from autokernel.cli.verify import verify_command
 from autokernel.policy import Policy
 from autokernel.target import contract
 from autokernel.target import declaration as decl
