@@ -162,8 +162,10 @@ class LaunchHook:
 class LauncherRecorder:
     """The declared launchers' calls, recorded at the launcher's own boundary (what the gate replays): per launcher,
     each distinct argument layout (bound to its parameter names, defaults applied: tensors as dtype, shape, strides;
-    scalars and strings as values) with its call count, which tensor arguments a call wrote (their bytes changed:
-    in-place outputs such as Liger's rope), and what the first call returned. The launcher is wrapped in its own
+    scalars and strings as values) with its call count, which tensor arguments a call wrote and returned (their bytes
+    changed and a returned tensor shares their storage: in-place outputs such as Liger's rope; an input written and
+    not returned is not one, so the gate holds it unchanged and the values left in it are never unchecked), and what
+    the first call returned. The launcher is wrapped in its own
     module before the engine is built, so every later `from module import launcher` and every call through the
     module's globals goes through the wrapper."""
 
@@ -213,8 +215,11 @@ class LauncherRecorder:
             elif len(g["signatures"]) < MAX_SIGNATURES:
                 g["signatures"].append(layout)
                 g["signature_calls"].append(1)
-            for k, b in before.items():
-                if k not in g["written"] and not bool((_bytes(named[k]) == b).all()):
+            returned = {v.untyped_storage().data_ptr() for v in (out if isinstance(out, (tuple, list)) else (out,))
+                        if _is_tensor(v)}
+            for k, b in before.items():  # an in-place output: written AND returned (itself or a view of it)
+                if k not in g["written"] and named[k].untyped_storage().data_ptr() in returned and \
+                        not bool((_bytes(named[k]) == b).all()):
                     g["written"].append(k)
             if g["returns"] is None:
                 g["returns"] = [_describe(v) for v in (out if isinstance(out, (tuple, list)) else (out,))][:16]

@@ -285,3 +285,20 @@ def test_the_checkouts_code_never_sees_the_users_secrets(tmp_path, monkeypatch):
     monkeypatch.setenv("GITHUB_TOKEN", "ghp_secret")
     v = gate(root, root / "toyt/ops/norm.py", e2e=True)
     assert v.accepted, [(s.name, s.reason, s.detail) for s in v.stages]
+
+
+def test_an_input_written_but_not_returned_is_held_unchanged(tmp_path):
+    """In-place outputs are the inputs a launcher writes AND returns (Liger's rope returns q and k): an input it
+    writes and does not return would hold values nobody checks, so the gate holds it unchanged, even for the
+    incumbent (numeric.input_mutated names it); the user makes the launcher return it, or stop writing it."""
+    clobber = NORM.replace("    y = torch.empty_like(x)\n", "    y = torch.empty_like(x)\n    scratch = x\n") \
+        .replace("_norm_kernel[(rows,)](x, y, eps,", "_norm_kernel[(rows,)](scratch, y, eps,") \
+        .replace("    tl.store(y_ptr + row * n + offs, (x * r).to(y_ptr.dtype.element_ty), mask=m)\n",
+                 "    tl.store(y_ptr + row * n + offs, (x * r).to(y_ptr.dtype.element_ty), mask=m)\n"
+                 "    tl.store(x_ptr + row * n + offs, x * 0, mask=m)\n")
+    root = checkout(tmp_path / "co")
+    (root / "toyt/ops/norm.py").write_text(textwrap.dedent(clobber))
+    calls = target_gate.record(root, decl.load(root), decl.load(root).ops["norm"], Policy(), tmp_path / "w")
+    assert calls.written == []
+    v = gate(root, root / "toyt/ops/norm.py")
+    assert not v.accepted and v.failure.reason == "numeric.input_mutated", (v.failure.reason, v.failure.detail)
