@@ -106,6 +106,11 @@ def steer(spec, planned: list, gaps: list[tuple[Site, str]], seed: int, round_: 
                 want += [at(base, d, v) for v in _on_step(c, step)]
                 if rng and d in rng[1]:
                     want += [at(rng[1], d, v) for v in _on_step(c, step)]
+        for d, (step, top) in free.items():  # a dimension taken in blocks (matmul_q4_1's K in 32s): the sizes a
+            v = 2 * step  # remainder test `K % BLOCK_K` is 0 at are the block-aligned ones, powers of two up to the
+            while step > 1 and v <= min(base[d], top):  # traced size (random sizes miss them often)
+                want.append(at(base, d, v))
+                v *= 2
     else:
         if rng and max_rows > 1:
             want += [at(rng[1], rng[0], v) for v in dense_values(max_rows, r.getrandbits(63))]
