@@ -65,6 +65,13 @@ def load_kernel(op: str, path: str | Path | None = None, compile_source=None,
     loaded = sys.modules.get(name)
     if loaded is not None and path == own and getattr(loaded, "__file__", None) == str(own):
         return loaded
+    module = _execute(name, path, compile_source)
+    setattr(package, op, module)  # as the import system does for a submodule
+    return module
+
+
+def _execute(name: str, path: Path, compile_source) -> types.ModuleType:
+    """The file at `path` executed as module `name` (registered in sys.modules, removed again if it raises)."""
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
         raise KernelLoadError(f"{path}: cannot be loaded as a Python module")
@@ -79,7 +86,6 @@ def load_kernel(op: str, path: str | Path | None = None, compile_source=None,
     except BaseException:
         sys.modules.pop(name, None)
         raise
-    setattr(package, op, module)  # as the import system does for a submodule
     return module
 
 
@@ -88,20 +94,7 @@ def _load_foreign(name: str, path: Path, compile_source) -> types.ModuleType:
     if path.name != f"{leaf}.py":
         raise KernelLoadError(f"{path}: a kernel for module {name!r} must be loaded from a file named {leaf}.py")
     package = importlib.import_module(parent) if parent else None
-    spec = importlib.util.spec_from_file_location(name, path.resolve())
-    if spec is None or spec.loader is None:
-        raise KernelLoadError(f"{path}: cannot be loaded as a Python module")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    try:
-        if compile_source is None:
-            spec.loader.exec_module(module)
-        else:
-            source = importlib.util.decode_source(path.read_bytes())
-            exec(compile_source(source, str(path), vars(module)), vars(module))
-    except BaseException:
-        sys.modules.pop(name, None)
-        raise
+    module = _execute(name, path.resolve(), compile_source)
     if package is not None:
         setattr(package, leaf, module)
     return module
