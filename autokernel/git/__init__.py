@@ -10,9 +10,12 @@ Before a delivery, `delivered` finds the same change already made: a branch unde
 a CI checkout has last night's only as origin/autokernel/...) whose tip is one commit over the same base carrying the
 same file; with --open-pr, `find_pull_request` finds the open PR of the same op, which `update_pull_request` (after a
 lease-guarded push of the new commit to its branch) brings up to date instead of opening another.
-Every git process runs with hooks disabled (`core.hooksPath` pointing at an empty directory, `--no-verify` on push),
-the system and global config ignored, filters and fsmonitor off, and an environment built from an allowlist: the
-API keys in ours (model providers, GitHub) never reach git or anything git would start.
+Every git process is started by GitPython's command wrapper (`Git`, what `Repo.git` is), ours (`_Git`): hooks disabled
+(`core.hooksPath` pointing at no directory, `--no-verify` on push), the system and global config ignored, filters and
+fsmonitor off, and an environment built from an allowlist: the API keys in ours (model providers, GitHub) never reach
+git or anything git would start. GitPython's own `execute` lays the environment it is given over a copy of ours, so
+`_Git` starts the process itself; the plumbing stays git's (read-tree, update-ref's "must not exist"), not
+GitPython's pure-Python index and object writers, which know neither sha256 repositories nor reftable.
 """
 from __future__ import annotations
 
@@ -26,6 +29,9 @@ import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from typing import Any
+
+import git as gitpython
 
 from autokernel.errors import UserError
 from autokernel.untrusted import line, plain
@@ -61,28 +67,57 @@ def _env(for_push: bool = False) -> dict[str, str]:
     return env
 
 
+# Every command: hooks off (no directory holds them), fsmonitor off (the checkout's config could name a program),
+# never signing (it would start gpg), content committed byte for byte.
+NO_HOOKS = (f"core.hooksPath={os.devnull}", "core.fsmonitor=false", "commit.gpgSign=false", "core.autocrlf=false")
+TIMEOUT_S = 120  # one git command; a push to a slow remote is the longest
+
+
+class _Git(gitpython.Git):
+    """GitPython's command wrapper with our guards: the NO_HOOKS options on every command, and a process started
+    with the scrubbed environment (_env) plus the variables a call adds; never ours (module docstring)."""
+
+    def __init__(self, working_dir: str | os.PathLike[str] | None = None, for_push: bool = False):
+        super().__init__(working_dir)
+        self.cwd, self.for_push = working_dir, for_push  # the path as given (GitPython's own expands $VARS in it)
+        self.set_persistent_git_options(c=list(NO_HOOKS))
+
+    def execute(self, command: Any, istream: Any = None, with_extended_output: bool = False,
+                with_exceptions: bool = True, *_: Any, kill_after_timeout: float | None = None, env: Any = None,
+                **__: Any) -> Any:
+        """The subset of GitPython's execute that delivery uses: stdin bytes, a timeout, (status, stdout, stderr)
+        or stdout; GitCommandError on failure unless with_exceptions is False."""
+        p = subprocess.run(command, cwd=self.cwd, input=istream, capture_output=True, timeout=kill_after_timeout,
+                           env={**_env(self.for_push), **(env or {})})
+        if with_exceptions and p.returncode != 0:
+            raise gitpython.GitCommandError(command, p.returncode, p.stderr, p.stdout)
+        out = p.stdout.decode(errors="replace").removesuffix("\n")
+        return (p.returncode, out, p.stderr.decode(errors="replace")) if with_extended_output else out
+
+
+class _Repo(gitpython.Repo):
+    GitCommandWrapperType = _Git  # repo.git: the guarded wrapper
+
+
 def git(cwd: str | Path, *args: str, input: bytes | None = None, env: dict | None = None,
         for_push: bool = False) -> str:
-    """One git command, hooks off, scrubbed environment; its stdout, or DeliveryError with git's last line."""
-    with tempfile.TemporaryDirectory(prefix="autokernel-nohooks-") as no_hooks:
-        cmd = ["git", "-c", f"core.hooksPath={no_hooks}", "-c", "core.fsmonitor=false",
-               "-c", "commit.gpgSign=false", "-c", "core.autocrlf=false", *args]
-        try:
-            p = subprocess.run(cmd, cwd=cwd, input=input, capture_output=True, timeout=120,
-                               env={**_env(for_push), **(env or {})})
-        except (OSError, subprocess.TimeoutExpired) as e:
-            raise DeliveryError(f"git {args[0]} failed in {cwd}: {e}") from None
-    if p.returncode != 0:
-        err = (p.stderr.decode(errors="replace").strip().splitlines() or [f"exit {p.returncode}"])[-1]
-        raise DeliveryError(f"git {args[0]} failed in {cwd}: {line(err, 300)}")
-    return p.stdout.decode(errors="replace").strip()
-
-
-def open_repo(path: str | Path):
-    """The GitPython Repo at or above `path` (reads only: remotes, the active branch)."""
-    import git as gitpython
+    """One git command through _Git; its stdout, or DeliveryError with git's last line."""
+    command = getattr(_Git(cwd, for_push), args[0].replace("-", "_"))  # GitPython's git.<cmd>: update_ref, ...
     try:
-        return gitpython.Repo(path, search_parent_directories=True)
+        status, out, err = command(*args[1:], istream=input, env=env, kill_after_timeout=TIMEOUT_S,
+                                   with_extended_output=True, with_exceptions=False)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise DeliveryError(f"git {args[0]} failed in {cwd}: {e}") from None
+    if status != 0:
+        last = (err.strip().splitlines() or [f"exit {status}"])[-1]
+        raise DeliveryError(f"git {args[0]} failed in {cwd}: {line(last, 300)}")
+    return out.strip()
+
+
+def open_repo(path: str | Path) -> gitpython.Repo:
+    """The GitPython Repo at or above `path` (reads only: remotes, the active branch); its .git is _Git."""
+    try:
+        return _Repo(path, search_parent_directories=True)
     except (gitpython.InvalidGitRepositoryError, gitpython.NoSuchPathError):
         raise UserError(f"{path}: not inside a git repository (pass --repo PATH to a clone)") from None
 
