@@ -72,10 +72,11 @@ class CallSpec(TypedDict):
     """One call the gate asks its job to make (autokernel/gate/schedule.py, Call.payload)."""
     id: str
     case: str
-    mode: str  # fresh | copy | refill | repeat
+    mode: str  # fresh | copy | refill | repeat | config
     values: str  # a | b | t
     order: str  # asc | desc | shuffle: the order the interpreter runs the grid's programs in
     perm_key: int
+    config: int  # -1, or for a "config" call the distinct autotune config to run (coverage_probe.ForcedConfig)
 
 
 class TargetKernel(TypedDict):

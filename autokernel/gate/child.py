@@ -454,9 +454,13 @@ def _one_call(launcher, args: dict, call: CallSpec, guard: Guard, hook: LaunchHo
               kept: list[torch.Tensor], input_fences: list = (), target=None) -> tuple[list, CallRecord]:
     where = f"call {call['id']} ({call['mode']} {call['values']}, programs {call['order']}), case {call['case']}"
     hook.order.set(call["order"], call["perm_key"])
+    coverage_probe.ForcedConfig.index = call.get("config", -1)
     ops_before = dict(guard.ops)
     t_call = _perf()
-    outs = _call(launcher, args, guard, hook, where, kept, input_fences, target)
+    try:
+        outs = _call(launcher, args, guard, hook, where, kept, input_fences, target)
+    finally:
+        coverage_probe.ForcedConfig.index = -1
     seconds = _perf() - t_call
     hook.order.set("asc", 0)
     snap = _BytesIO()  # the values as the call returned them, not as a later thread leaves them
@@ -484,7 +488,7 @@ class _CaseState:
         return {k: fenced(v, self.fences, storages) if isinstance(v, torch.Tensor) else v for k, v in raw.items()}
 
     def args(self, mode: str, values: str) -> dict:
-        if mode == "copy":  # a's values at new addresses (and new tensor objects), while A is alive
+        if mode in ("copy", "config"):  # a's values at new addresses (and new tensor objects), while A is alive
             return self.load("a")
         if mode == "refill":  # new values written into A's own storages: same objects, addresses, ids
             self.current = _refill(self.a, self.load(values))

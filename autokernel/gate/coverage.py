@@ -440,17 +440,47 @@ def describe(gaps: list[tuple[Site, str]], cases: int) -> str:
 
 # --- autotune configs -------------------------------------------------------------------------------------------------
 # Which of a kernel's triton.Config a GPU picks is a timing, not a proof: a config that is wrong and never picked on
-# the gate's machine is picked on another. So in the gate every config must run and be judged: the child picks one
-# per autotune key (shapes, dtypes: stable for a key, as a GPU's cache is) from a salted hash, without timing, and
-# each config is a site that must be reached (autotune_sites; install_autotune).
+# the gate's machine is picked on another, at any key. So in the gate every config is judged at every case: the
+# case's own calls take one per autotune key (shapes, dtypes: stable for a key, as a GPU's cache is) from a salted
+# hash, without timing, and one more call per distinct config runs the case's inputs under that config
+# (autotune_variants; the "config" calls of autokernel/gate/schedule.py). Each config is also a site that must be
+# reached (autotune_sites; install_autotune).
 
-def _autotune_configs(fn: ast.FunctionDef) -> int:
+def _config_nodes(fn: ast.FunctionDef) -> list[ast.expr]:
+    """The triton.Config expressions of fn's @triton.autotune(configs=[...]), [] without one."""
     for d in fn.decorator_list:
         if isinstance(d, ast.Call) and _callee(d) == "autotune":
             for k in d.keywords:
                 if k.arg == "configs" and isinstance(k.value, (ast.List, ast.Tuple)):
-                    return len(k.value.elts)
-    return 0
+                    return list(k.value.elts)
+    return []
+
+
+def _autotune_configs(fn: ast.FunctionDef) -> int:
+    return len(_config_nodes(fn))
+
+
+def autotune_variants(source: bytes | str) -> int:
+    """How many distinct programs the file's autotuners can pick per launch: the most distinct meta-parameter dicts
+    of one autotuner's configs (num_warps and num_stages do not change what a program computes), 1 without any. The
+    numeric stage runs every case's inputs under each (coverage_probe.install_autotune's forced config): a config is
+    judged at every shape, not only at the keys a hash happens to give it."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return 1
+    counts = [len({_meta(c) for c in _config_nodes(fn)}) for fn in ast.walk(tree) if isinstance(fn, ast.FunctionDef)]
+    return max([1, *counts])
+
+
+def _meta(config: ast.AST) -> str:
+    """A config's meta-parameters as a canonical string (its whole source where they are not a literal dict)."""
+    if isinstance(config, ast.Call) and config.args and isinstance(config.args[0], ast.Dict):
+        try:
+            return repr(sorted(ast.literal_eval(config.args[0]).items()))
+        except (ValueError, TypeError, SyntaxError):
+            pass
+    return ast.dump(config)
 
 
 def autotune_sites(tree: ast.AST) -> dict[str, Site]:

@@ -124,8 +124,24 @@ def install_interpreter(filename: str) -> None:
     FunctionRewriter._transform_ast = _transform_ast
 
 
+class ForcedConfig:
+    """Which config the candidate's autotuners run for the current call: -1 picks one per key (install_autotune's
+    hash); j >= 0 the j-th distinct one (by meta-parameters, as autokernel/gate/coverage.py autotune_variants counts
+    them), modulo how many an autotuner has."""
+    index = -1
+
+
+def _distinct(configs: list) -> list[int]:
+    """The index of each distinct meta-parameter dict's first config, in order."""
+    seen: dict[str, int] = {}
+    for i, c in enumerate(configs):
+        seen.setdefault(repr(sorted(c.kwargs.items())), i)
+    return list(seen.values())
+
+
 def install_autotune(recorder: Recorder, module_name: str, salt: int) -> None:
-    """The candidate's autotuners (module `module_name`) run one config per key, chosen by a salted hash, untimed."""
+    """The candidate's autotuners (module `module_name`) run one config per key, chosen by a salted hash (or the one
+    ForcedConfig names), untimed."""
     import hashlib
 
     from triton.runtime.autotuner import Autotuner
@@ -138,11 +154,15 @@ def install_autotune(recorder: Recorder, module_name: str, salt: int) -> None:
         configs = list(self.configs)
         if getattr(fn, "__module__", None) != module_name or len(configs) < 2:
             return plain(self, *args, **kwargs)
-        named = {**dict(zip(self.arg_names, args)), **kwargs}
-        key = [str(named[k]) for k in self.keys if k in named]
-        key += [str(v.dtype) for v in named.values() if hasattr(v, "dtype")]
-        h = hashlib.sha256(f"{salt}:{fn.__name__}:{key}".encode()).digest()
-        i = int.from_bytes(h[:8], "little") % len(configs)
+        if ForcedConfig.index >= 0:
+            firsts = _distinct(configs)
+            i = firsts[ForcedConfig.index % len(firsts)]
+        else:
+            named = {**dict(zip(self.arg_names, args)), **kwargs}
+            key = [str(named[k]) for k in self.keys if k in named]
+            key += [str(v.dtype) for v in named.values() if hasattr(v, "dtype")]
+            h = hashlib.sha256(f"{salt}:{fn.__name__}:{key}".encode()).digest()
+            i = int.from_bytes(h[:8], "little") % len(configs)
         recorder.block(f"autotune:{fn.__name__}:{i}")
         self.configs = [configs[i]]
         try:

@@ -21,7 +21,8 @@ from autokernel.harness import INT_OF_SIZE, Reject, poisoned  # Reject: the one 
 from autokernel.ops.spec import OpSpec
 from autokernel.ops.tolerance import References, judge, references
 
-MODE_RANK = {("fresh", "a"): 0, ("copy", "a"): 1, ("refill", "b"): 2, ("refill", "t"): 3}  # then repeats
+MODE_RANK = {("fresh", "a"): 0, ("copy", "a"): 1, ("refill", "b"): 2, ("refill", "t"): 3,
+             ("config", "a"): 5}  # repeats (4) before the autotune configs
 
 
 def as_list(x) -> list:
@@ -144,11 +145,12 @@ def judge_case(spec: OpSpec, case, calls: list[dict], outs: dict[str, list], poi
         try:
             if call["mode"] in ("copy", "repeat") and bitwise and v in first:
                 _same_bits(got, *first[v], call, where)
-            else:
+            else:  # a "config" call too: another config may round otherwise, within tolerance
                 judge_call(got, ref(v), poison, where, worst)
         except Reject as r:
             raise (stale(got, v, r) if r.reason in ("numeric.mismatch", "numeric.nondeterministic") else r) from None
-        first.setdefault(v, (got, call))
+        if call["mode"] != "config":
+            first.setdefault(v, (got, call))
 
 
 def _matches(got: list, ref: References, poison: dict[str, int]) -> bool:
@@ -164,7 +166,8 @@ def _describe(call: dict) -> str:
     what = {"fresh": "fresh inputs", "copy": "the same values at new addresses",
             "refill": "the inputs refilled in place with " + ("new values" if call["values"] == "b" else
                                                               "a few elements changed"),
-            "repeat": "the same inputs again"}[call["mode"]]
+            "repeat": "the same inputs again",
+            "config": f"the same values under distinct autotune config #{call.get('config', -1) + 1}"}[call["mode"]]
     return f"call on {what}, programs in {call['order']} order"
 
 

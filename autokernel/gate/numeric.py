@@ -167,6 +167,7 @@ class _Runner:
         self.seen: dict[str, int] = {}  # what every job's probes saw, OR-ed (autokernel/gate/coverage.py)
         self.steered = 0  # extra cases the coverage steering ran
         self.exempt: dict[str, coverage.Site] = {}  # a target's sites that are its incumbent's code
+        self.configs = coverage.autotune_variants(candidate.read_bytes())  # 1, or a "config" call each per case
 
     def chunk(self, chunk: list[Case], est_s: float = 0.0, job: int | None = None, soft_s: float = 0.0,
               groups: tuple[int, ...] = ()) -> list[Case]:
@@ -180,7 +181,8 @@ class _Runner:
         calls: list[dict] = []
         lo = 0
         for g, hi in enumerate([*itertools.accumulate(groups), len(chunk)]):
-            part = [schedule.CaseCalls(c.id, c.steps) for c in chunk[lo:hi]]
+            more = [("config", "a")] * self._config_calls()
+            part = [schedule.CaseCalls(c.id, [*c.steps, *more]) for c in chunk[lo:hi]]
             calls += [c.payload() for c in schedule.interleave(part, self.seed, job if g == 0 else f"{job}.{g}",
                                                                start=len(calls))]
             lo = hi
@@ -298,11 +300,15 @@ class _Runner:
 
     def estimate_s(self, c: Case) -> float:
         """Seconds for case c's calls."""
-        return self._per_call_s(c.shape) * len(c.steps)
+        return self._per_call_s(c.shape) * (len(c.steps) + self._config_calls())
+
+    def _config_calls(self) -> int:
+        return self.configs if self.configs > 1 else 0
 
     def estimate_planned(self, planned_case) -> float:
         """estimate_s for a planned case before its inputs are made (its calls: the schedule's expected number)."""
-        return self._per_call_s(planned_case[0]) * (4.5 if planned_case[3] == schedule.FULL else 1.25)
+        calls = (4.5 if planned_case[3] == schedule.FULL else 1.25) + self._config_calls()
+        return self._per_call_s(planned_case[0]) * calls
 
     def limits_for(self, est_s: float):
         """The job's limits: the policy's, with the wall and CPU clocks stretched for one case that alone needs

@@ -21,7 +21,9 @@ State and sampling must not pay (docs/shortcuts.md, "memoising", "phase detectio
   first values changed at a few random elements ("refill" t: a memo keyed on a hash of sampled elements returns a
   stale answer there), and at random a call again on unchanged tensors ("repeat"). The
   calls of all cases of a sandbox job are interleaved in a random order, so neither the number of calls nor which
-  call is checked how can be predicted, and every output of every call is checked.
+  call is checked how can be predicted, and every output of every call is checked. A candidate with autotune
+  configs adds one "config" call per distinct config to every case: a's values at new addresses under that config,
+  judged against the reference (which config a GPU picks for a key is a timing, so each must hold at every shape).
 - Program order. Each call tells the harness in which order the Triton interpreter runs the grid's programs:
   ascending for "fresh", descending for "copy", a seeded shuffle for the others. A kernel whose result depends on
   the order programs run (a prefix carried across programs, float atomics accumulated from 3+ programs) gives
@@ -238,14 +240,15 @@ def model_dims_shape(spec: OpSpec, traced: list[dict[str, int]], seed: int, max_
 class Call:
     id: str  # "k0012": the order of this call within its sandbox job
     case: str  # the case whose tensors it uses
-    mode: str  # fresh | copy | refill | repeat (see the module docstring)
+    mode: str  # fresh | copy | refill | repeat | config (see the module docstring)
     values: str  # which of the case's value sets the call's arguments hold: a | b | t
     order: str  # program order under the interpreter: asc | desc | shuffle
     perm_key: int = 0
+    config: int = -1  # "config" calls: which distinct autotune config runs (autokernel/gate/coverage_probe.py)
 
     def payload(self) -> dict[str, Any]:
         return {"id": self.id, "case": self.case, "mode": self.mode, "values": self.values, "order": self.order,
-                "perm_key": self.perm_key}
+                "perm_key": self.perm_key, "config": self.config}
 
 
 @dataclass
@@ -280,11 +283,14 @@ def interleave(per_case: list[CaseCalls], seed: int, job: int | str, start: int 
     bag = [i for i, q in enumerate(queues) for _ in q]
     r.shuffle(bag)
     out = []
+    configs = [0] * len(queues)  # a case's "config" calls run its distinct autotune configs in turn
     for n, i in enumerate(bag):
         mode, values = queues[i].pop(0)
         order = {"fresh": "asc", "copy": "desc"}.get(mode, "shuffle")
         key = r.getrandbits(62) if order == "shuffle" else 0
-        out.append(Call(f"k{start + n:04d}", ids[i], mode, values, order, key))
+        config = configs[i] if mode == "config" else -1
+        configs[i] += mode == "config"
+        out.append(Call(f"k{start + n:04d}", ids[i], mode, values, order, key, config))
     return out
 
 

@@ -36,3 +36,19 @@ def test_nondeterminism_is_a_policy_switch(tmp_path):
                stages=[], policy=policy)
     assert v.accepted, v.detail
     assert "nondeterminism allowed by policy" in v.stages[2].detail
+
+
+def test_every_autotune_config_is_judged_at_every_shape(tmp_path, monkeypatch):
+    """A wrong autotune config (rows cut at 128 columns) beside a right one. Under seed 30 the per-key hash gives the
+    wrong one only the key N=6, where it is exact, so judging each config only at the keys it is picked for accepts
+    it (the second verify: the "config" calls switched off). Every case also runs under every distinct config, and
+    the first verify rejects it at the model's N=576. If the quick grid changes, pick another such seed (the hash is
+    autokernel/gate/coverage_probe.py install_autotune's)."""
+    from autokernel.gate import coverage
+    fx = next(f for f in fixtures() if f.id == "rmsnorm/autotune_wrong_config")
+    run = lambda d: verify(fx.op, fx.path, run_dir=d, shapes=QUICK_SHAPES[fx.op], dtypes=QUICK_DTYPES,  # noqa: E731
+                           dists=fx.dists, stages=[], policy=Policy(gate={"max_rows": fx.max_rows}), seed=30)
+    v = run(tmp_path / "every")
+    assert not v.accepted and v.reason == "numeric.mismatch" and "autotune config #2" in v.detail, v.detail
+    monkeypatch.setattr(coverage, "autotune_variants", lambda source: 1)
+    assert run(tmp_path / "keyed").accepted
