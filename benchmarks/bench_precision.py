@@ -53,8 +53,8 @@ def _spin() -> None:
 
 
 def run(name: str, d: Path, max_time_s: float | None) -> dict:
-    from autokernel.bench.command import _cases
     from autokernel.bench.measure import measure
+    from autokernel.cli.bench import _cases
     from autokernel.policy import Policy
     cand = d / f"cand_{name.replace('.', '_')}" / "rmsnorm.py"
     cand.parent.mkdir()

@@ -88,7 +88,7 @@ def bench_ops(ops: list[str]) -> None:
 
 
 def sandboxed_bench() -> int:
-    from autokernel.bench.command import bench_command
+    from autokernel.cli.bench import bench_command
     from autokernel.policy import Policy
 
     print("== sandboxed bench: kernels/rmsnorm.py against a copy of itself (expect a CI around 1.0, exit 1)",

@@ -9,6 +9,7 @@
 - roofline.py device peaks and the physics floor (shared with the ranker)
 - results.py  the result types and the judgement: accepted iff the weighted speedup's lower bound clears the policy
               and nothing is implausible
-- measure.py  `measure`: the rounds, judged by results.judge (and the result types, re-exported)
-- command.py  `autokernel bench` (the gate's static stage first: a refused file is never timed)
+- measure.py  `measure`: the rounds, judged by results.judge (and the result types, re-exported); `check_inputs`
+              and `refusals` (the gate's static stage first: a refused file is never timed)
+- show.py     the table and the refusals as `autokernel bench` (autokernel/cli/bench.py) prints them
 """

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import List, Optional
+from typing import Optional
 
 import typer
 
@@ -58,29 +58,6 @@ def generate(
                f"{g.prefill_s:.2f} s, decode {tps:.2f} tok/s]", err=True)
 
 
-@app.command("bench")
-def bench(
-    op: str = typer.Argument(..., help="The op (kernels/<op>.py is the incumbent)."),
-    candidates: List[Path] = typer.Argument(None, help="Candidate files replacing kernels/<op>.py."),
-    trace: Optional[Path] = typer.Option(None, help="traces/<run>/ whose shape corpus and call counts weight the "
-                                                    "shapes (default: the op's model shapes, equal weights)."),
-    as_json: bool = typer.Option(False, "--json", help="JSON for machines."),
-    incumbent: Optional[Path] = typer.Option(None, help="The file to compare against (default: kernels/<op>.py of "
-                                                        "the checkout here); e.g. a base commit's kernel from "
-                                                        "`git show BASE:kernels/<op>.py`."),
-    policy_file: Optional[Path] = typer.Option(None, "--policy", help="policies.yaml to use instead of the "
-                                                                      "checkout's (trusted: your own choice)."),
-    repo: Optional[Path] = typer.Option(None, help="A target checkout with an autokernel.toml: OP is one of its "
-                                                   "declared ops, the incumbent its file (docs/targets.md)."),
-):
-    """A/B timing of the incumbent against candidates, each file in fresh sandboxed processes, with confidence
-    intervals over rounds. Exit 0 if one wins; 1 if none wins or the gate's static stage refuses a candidate (then
-    nothing is timed); 2 on bad input."""
-    from autokernel.bench.command import bench_command
-    raise typer.Exit(bench_command(op, list(candidates or []), trace, as_json, incumbent=incumbent,
-                                   policy_file=policy_file, repo=repo))
-
-
 @app.command("agent")
 def agent(
     op: str = typer.Argument(..., help="The op whose kernels/<op>.py the agent rewrites."),
@@ -122,11 +99,12 @@ def main() -> None:
     # runs, so that `import autokernel.cli` stays light.
     from autokernel import run
     from autokernel.agent import ledger
+    from autokernel.cli import bench as bench_command
     from autokernel.cli import policy as policy_command
     from autokernel.cli import verify as gate_command
     from autokernel.profile import command as profile_command
     from autokernel.target import init_command
-    for stage in (gate_command, profile_command, policy_command, run, ledger, init_command):
+    for stage in (bench_command, gate_command, profile_command, policy_command, run, ledger, init_command):
         stage.register(app)
     _die_with_jobs()
     try:

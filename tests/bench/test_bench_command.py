@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from autokernel.bench import measure as measure_mod
-from autokernel.bench.command import _cases, bench_command
+from autokernel.cli.bench import _cases, bench_command
 from autokernel.errors import UserError
 from autokernel.ops import get
 from autokernel.paths import INSTALLED_LAYOUT
@@ -70,7 +70,7 @@ def test_the_static_stage_refuses_before_anything_is_timed(tmp_path, capsys, mon
     def no_timing(*a, **k):
         raise AssertionError("a refused candidate reached the benchmark")
     monkeypatch.setattr(measure_mod, "measure", no_timing)
-    monkeypatch.setattr("autokernel.bench.command.measure", no_timing)
+    monkeypatch.setattr("autokernel.cli.bench.measure", no_timing)
     good = tmp_path / "good.py"
     good.write_text(INCUMBENT.read_text())
     bad = _write(tmp_path, "bad", INCUMBENT.read_text() + "\nimport os\nos.system('true')\n")

@@ -209,7 +209,7 @@ def _run(command: str, as_json: bool) -> int:
     if command == "verify":
         from autokernel.cli.verify import verify_command
         return verify_command("rmsnorm", STATIC_REJECT, as_json=as_json)
-    from autokernel.bench.command import bench_command
+    from autokernel.cli.bench import bench_command
     return bench_command("rmsnorm", [STATIC_REJECT], None, as_json)
 
 

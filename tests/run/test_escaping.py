@@ -10,7 +10,7 @@ from rich.console import Console
 from autokernel.agent.command import summary
 from autokernel.agent.evaluate import Feedback
 from autokernel.agent.loop import Candidate, Result
-from autokernel.bench import command as bench_command
+from autokernel.cli import bench as bench_command
 from autokernel.cli import verify as gate_command
 from autokernel.gate.verdict import StageResult, Verdict
 from autokernel.run import OpOutcome, RunState, show
@@ -102,7 +102,7 @@ def test_json_details_carry_no_control_characters(capsys, monkeypatch):
     m = measurement()
     m.files[-1].detail = HOSTILE
     monkeypatch.setattr(bench_command, "measure", lambda *a, **kw: m)
-    monkeypatch.setattr(bench_command, "_refused", lambda *a, **kw: [])
+    monkeypatch.setattr(bench_command, "refusals", lambda *a, **kw: [])
     bench_command.bench_command("rmsnorm", [], None, as_json=True)
     out = capsys.readouterr().out
     assert "x[/]y" in out and "\\u001b" not in out and "\\r" not in out

@@ -20,7 +20,7 @@ import pytest
 from test_target_gate import DECLARATION, ENGINE, NORM, checkout
 
 from autokernel import device, sandbox
-from autokernel.bench.command import bench_command
+from autokernel.cli.bench import bench_command
 from autokernel.policy import Policy
 from autokernel.target import bench as target_bench
 from autokernel.target import contract

@@ -4,18 +4,19 @@ timed."""
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
+from typing import List, Optional
 
+import typer
 from rich.console import Console
 
 from autokernel import device, paths
 from autokernel import policy as policy_mod
-from autokernel.bench.measure import IncumbentFailed, measure
+from autokernel.bench.measure import IncumbentFailed, check_inputs, measure, refusals
 from autokernel.bench.show import print_refused, render  # re-exported: render is the bench's table
 from autokernel.errors import UserError
-from autokernel.ops import OPS, get
+from autokernel.ops import get
 from autokernel.untrusted import data
 from autokernel.untrusted import line as one_line
 
@@ -33,41 +34,6 @@ def _cases(op: str, trace: Path | None) -> list[dict]:
         if c["dtype"] not in known:
             raise UserError(f"{trace}: dtype '{c['dtype']}' of op '{op}' is not one of {sorted(known)}")
     return cases
-
-
-def _check_inputs(op: str, candidates: list[Path], incumbent: Path, root: Path) -> None:
-    """Bad input is exit 2 before anything runs; the incumbent must be a regular file inside `root` (the checkout's
-    own, or, given with --incumbent, wherever the user keeps it) that parses (autokernel.paths.read_python)."""
-    if op not in OPS:
-        raise UserError(f"unknown op '{op}'; known ops: {', '.join(OPS)}")
-    try:
-        get(op)
-    except ImportError as e:
-        raise UserError(f"op '{op}' has no trusted spec yet (autokernel/ops/{op}.py): {e}") from None
-    if not os.path.lexists(incumbent):
-        raise UserError(f"{incumbent}: no incumbent kernel for op '{op}'")
-    paths.read_python(incumbent, root)
-    for c in candidates:
-        if not Path(c).is_file():
-            raise UserError(f"{c}: no such candidate file")
-        if Path(c).suffix != ".py":
-            raise UserError(f"{c}: a candidate is a Python file replacing kernels/{op}.py")
-
-
-def _refused(op: str, candidates: list[Path], incumbent: Path, policy: policy_mod.Policy) -> list[tuple[Path, object]]:
-    """The gate's static stage on every candidate, before anything runs: what the gate refuses is never timed
-    (a file it refuses would be rejected by `autokernel verify` anyway, and timing runs the file's code)."""
-    from autokernel.gate import static
-    out = []
-    for c in candidates:
-        try:
-            source = c.read_bytes()
-        except OSError as e:
-            raise UserError(f"{c}: cannot read the candidate ({e.strerror})") from None
-        res = static.check_source(source, op, incumbent, policy=policy)
-        if not res.passed:
-            out.append((c, res))
-    return out
 
 
 def bench_command(op: str, candidates: list[Path], trace: Path | None, as_json: bool, *,
@@ -93,12 +59,12 @@ def bench_command(op: str, candidates: list[Path], trace: Path | None, as_json: 
             incumbent, root = Path(incumbent), Path(incumbent).resolve().parent
         else:
             incumbent, root = layout.kernels / f"{op}.py", layout.root
-        _check_inputs(op, candidates, incumbent, root)
+        check_inputs(op, candidates, incumbent, root)
         cases = _cases(op, trace)
         if policy is None:
             policy = policy_mod.for_checkout(layout.root, policy_file, policy_mod.flags(),
                                              uses=policy_mod.RUNS_CODE)
-        refused = _refused(op, candidates, incumbent, policy)
+        refused = refusals(op, candidates, incumbent, policy)
         if refused:
             print_refused(op, refused, as_json)
             return 1
@@ -116,3 +82,28 @@ def bench_command(op: str, candidates: list[Path], trace: Path | None, as_json: 
             console = Console(width=160)
         render(m, console)
     return 0 if m.accepted else 1
+
+
+def bench(
+    op: str = typer.Argument(..., help="The op (kernels/<op>.py is the incumbent)."),
+    candidates: List[Path] = typer.Argument(None, help="Candidate files replacing kernels/<op>.py."),
+    trace: Optional[Path] = typer.Option(None, help="traces/<run>/ whose shape corpus and call counts weight the "
+                                                    "shapes (default: the op's model shapes, equal weights)."),
+    as_json: bool = typer.Option(False, "--json", help="JSON for machines."),
+    incumbent: Optional[Path] = typer.Option(None, help="The file to compare against (default: kernels/<op>.py of "
+                                                        "the checkout here); e.g. a base commit's kernel from "
+                                                        "`git show BASE:kernels/<op>.py`."),
+    policy_file: Optional[Path] = typer.Option(None, "--policy", help="policies.yaml to use instead of the "
+                                                                      "checkout's (trusted: your own choice)."),
+    repo: Optional[Path] = typer.Option(None, help="A target checkout with an autokernel.toml: OP is one of its "
+                                                   "declared ops, the incumbent its file (docs/targets.md)."),
+):
+    """A/B timing of the incumbent against candidates, each file in fresh sandboxed processes, with confidence
+    intervals over rounds. Exit 0 if one wins; 1 if none wins or the gate's static stage refuses a candidate (then
+    nothing is timed); 2 on bad input."""
+    raise typer.Exit(bench_command(op, list(candidates or []), trace, as_json, incumbent=incumbent,
+                                   policy_file=policy_file, repo=repo))
+
+
+def register(app: typer.Typer) -> None:
+    app.command("bench")(bench)
