@@ -3,12 +3,12 @@ git. One pass down the pipe of docs/design.md, on one checkout (autokernel.paths
 holds the run's state, its traces/ the profile, its branches the commits.
 
 Per op there is one path, work_on(): an agent session (agent.command.start) with an injected Model and Evaluator,
-a confirming benchmark (evaluator.confirm), the report (autokernel.git.report) and the commit (autokernel.git). The
-commands build the real model and the sandboxed evaluator; tests inject a scripted model and a stub evaluator and
-run the same code down to the commit. state.json records each op's outcome; `--resume RUN` skips finished ops,
-retries a delivery that failed (git refused) from the evidence the run already wrote, without a new session, and
-benchmarks the candidates that passed the gate when the session's time ran out (out_of_time), without gating them
-again (finish_unbenched).
+a confirming benchmark (evaluator.confirm), the report (autokernel.git.report) and the delivery
+(autokernel.git.deliver: staged, committed, offered as a PR). The commands build the real model and the sandboxed
+evaluator; tests inject a scripted model and a stub evaluator and run the same code down to the commit. state.json
+records each op's outcome; `--resume RUN` skips finished ops, retries a delivery that failed (git refused) from the
+evidence the run already wrote, without a new session, and benchmarks the candidates that passed the gate when the
+session's time ran out (out_of_time), without gating them again (finish_unbenched).
 
 Exit codes of `run` and `nightly` (README): 0 done (a win, or for nightly also none), 1 no improvement (run), 2 bad
 input or a model that could not be used, 3 out of time: work was left undone that `--resume` picks up (candidates
@@ -309,6 +309,7 @@ def _deliver_best(op: str, best, provenance: dict, rationale: str, evaluator, in
     unless the same kernels/<op>.py is already a branch's tip over this base (then nothing is done twice)."""
     from autokernel import git as delivery
     from autokernel.agent.evaluate import gate_record, sha256
+    from autokernel.git import deliver as deliver_mod
     from autokernel.git import report
 
     pol, console = ctx.policy, ctx.console
@@ -325,11 +326,13 @@ def _deliver_best(op: str, best, provenance: dict, rationale: str, evaluator, in
     s = m.files[-1].speedup
     win = report.Win(op, m, gate_record(fb), provenance, rationale,
                      Path(state.trace).name if state.trace else None,
-                     f"traces/autokernel/{state.run_dir.name}/{op}.json", *_profile(op, state, ctx))
+                     f"traces/autokernel/{state.run_dir.name}/{op}.json",
+                     *deliver_mod.profile_paths(op, state.trace, state.run_dir.name, ctx.layout.root, pol))
     out = OpOutcome(op, "accepted", line(fb.summary), s.est, [s.lo, s.hi], candidate=fb.path)
     (op_dir / "measurement.json").write_text(json.dumps(m.to_dict(), indent=1, default=str))
     incumbent_text = paths.read_text(incumbent, ctx.layout.root)
-    delivery = _stage_delivery(op_dir, win, best.source, incumbent_text, ctx.layout, state.trace)
+    # what the commit carries, where no candidate ever wrote: a delivery git refuses is retried by --resume from it
+    delivery = deliver_mod.stage(op_dir / "delivery", win, best.source, ctx.layout.root, state.trace)
     out.delivery, out.pr_body = str(delivery), str(delivery / "pr.md")
     if not pol.git.commit:
         return out
@@ -345,60 +348,13 @@ def _deliver_best(op: str, best, provenance: dict, rationale: str, evaluator, in
     return deliver(out, state, ctx.layout, branch)
 
 
-MAX_PROFILE_BYTES = 512_000  # a profile summary committed with the evidence (SmolLM2-135M's: ~100 kB); a bigger one
-#                             is named, not committed
-
-
-def _profile(op: str, state: RunState, ctx: Context) -> tuple[float | None, str, str]:
-    """(the op's share of profiled end-to-end time from the ranking, None if unknown; the repository path the profile
-    summary is committed to, "" if it is not; the trace's repository-relative directory when it is too big)."""
-    from autokernel.profile import rank as rank_mod
-    from autokernel.profile import trace as trace_mod
-    if not state.trace:
-        return None, "", ""
-    try:
-        t = trace_mod.load_trace(state.trace, check_device=False)
-    except UserError:
-        return None, "", ""
-    share = next((r.e2e_share for r in rank_mod.rank(t, ctx.policy) if r.op == op), None)
-    if Path(t["_path"]).stat().st_size <= MAX_PROFILE_BYTES:
-        return share, f"traces/autokernel/{state.run_dir.name}/profile/summary.json", ""
-    d = Path(t["_path"]).parent
-    return share, "", str(d.relative_to(ctx.layout.root)) if d.is_relative_to(ctx.layout.root) else f"traces/{d.name}"
-
-
-def _stage_delivery(op_dir: Path, win, source: str, incumbent_source: str, layout: paths.Layout,
-                    trace: str | None = None) -> Path:
-    """Write what the commit will carry into <op_dir>/delivery/ (a directory no candidate ever had), so a delivery
-    that git refuses can be retried by --resume without a new session. The base is the target's HEAD now."""
-    from autokernel.git import head, report
-    d = op_dir / "delivery"
-    d.mkdir(parents=True, exist_ok=True)
-    base = head(layout.root)
-    (d / "kernel.py").write_text(source)
-    (d / "evidence.json").write_text(report.evidence(win, base))
-    (d / "message.txt").write_text(report.message(win, base))
-    (d / "pr.md").write_text(f"# {report.title(win)}\n\n{report.body(win, base)}\n")
-    if win.profile_path:
-        from autokernel.profile import trace as trace_mod
-        (d / "profile.json").write_bytes(Path(trace_mod.load_trace(trace, check_device=False)["_path"]).read_bytes())
-    (d / "delivery.json").write_text(json.dumps({"op": win.op, "base": base, "evidence_path": win.evidence_path,
-                                                 "profile_path": win.profile_path}))
-    return d
-
-
 def deliver(out: OpOutcome, state: RunState, layout: paths.Layout, branch: str) -> OpOutcome:
-    """Commit <delivery>/kernel.py as kernels/<op>.py plus the evidence file. A refusal by git is one line (exit
-    2), recorded in state.json as delivery_failed so `--resume` retries just this step."""
-    from autokernel.git import DeliveryError, commit_files
-    d = Path(out.delivery)
-    meta = json.loads((d / "delivery.json").read_text())
-    files = {f"kernels/{out.op}.py": (d / "kernel.py").read_bytes(),
-             meta["evidence_path"]: (d / "evidence.json").read_bytes()}
-    if meta.get("profile_path"):
-        files[meta["profile_path"]] = (d / "profile.json").read_bytes()
+    """Commit what <delivery>/ holds (autokernel.git.deliver.commit). A refusal by git is one line (exit 2),
+    recorded in state.json as delivery_failed so `--resume` retries just this step."""
+    from autokernel.git import DeliveryError
+    from autokernel.git.deliver import commit
     try:
-        c = commit_files(layout.root, branch, files, (d / "message.txt").read_text())
+        c = commit(layout.root, Path(out.delivery), out.op, branch)
     except DeliveryError as e:
         out.status, out.detail = "delivery_failed", line(e, 300)
         state.done[out.op] = {**out.__dict__, "branch": branch}
@@ -662,26 +618,15 @@ def nightly_cmd(
 
 
 def pull_request(ctx: Context, o: OpOutcome, token: str, api: str) -> str:
-    """The PR of a committed win: the open PR of the same op into the same base, brought up to date (the new commit
-    pushed to its branch, lease-guarded; title and body replaced), else the branch pushed and a new PR opened."""
-    import re
-
-    from autokernel import git as delivery
-    root, prefix = ctx.layout.root, ctx.policy.git.branch_prefix
-    body = Path(o.pr_body).read_text()
-    title = body.splitlines()[0].lstrip("# ")
-    base = delivery.git(root, "rev-parse", "--abbrev-ref", "HEAD")
-    slug = delivery.github_slug(root)
-    same_op = re.compile(re.escape(prefix) + r"\d{4}-\d{2}-\d{2}-" + re.escape(o.op) + r"(-\d+)?")
-    pr = delivery.find_pull_request(slug, same_op, base, token, api)
-    if pr is None:
-        delivery.push(root, o.branch)
-        return delivery.open_pull_request(slug, o.branch, base, title, body, token, api)
-    delivery.push(root, o.branch, to=pr["head"], lease=pr["sha"])
-    url = delivery.update_pull_request(slug, pr["number"], title, body, token, api)
-    ctx.console.print(f"{o.op}: updated the open pull request {url} (branch {pr['head']}) instead of opening another",
-                      markup=False, soft_wrap=True)
-    return url
+    """The PR of a committed win (autokernel.git.deliver.pull_request): the open PR of the same op brought up to
+    date, else a new one; its URL."""
+    from autokernel.git.deliver import pull_request as open_or_update
+    pr = open_or_update(ctx.layout.root, ctx.policy.git.branch_prefix, o.op, o.branch, Path(o.pr_body).read_text(),
+                        token, api)
+    if pr.updated:
+        ctx.console.print(f"{o.op}: updated the open pull request {pr.url} (branch {pr.updated}) instead of opening "
+                          "another", markup=False, soft_wrap=True)
+    return pr.url
 
 
 def write_nightly(out: Path, progress: Progress, prs: list[str], failure: BaseException | None,
