@@ -476,7 +476,7 @@ def pipeline(ctx: Context, *, op: Optional[str], resume: Optional[Path], trace: 
     from autokernel.profile import profiler
     from autokernel.profile import rank as rank_mod
     from autokernel.profile import trace as trace_mod
-    from autokernel.profile.command import print_rank
+    from autokernel.profile.show import print_rank
     if state.trace is None:
         with console.status("profiling the live engine on the workload (torch.profiler) …"):
             state.trace = str(profiler.profile(workload_path=pol.target.workload, kernels="triton",

@@ -1,5 +1,5 @@
-"""Shared by what `autokernel profile`/`rank` print (autokernel/profile/command.py) and a target's rank table
-(autokernel/target/rank_target.py)."""
+"""What `autokernel profile`/`rank` print (autokernel/cli/profile.py; `autokernel run` prints the rank table too), and
+what a target's rank table (autokernel/target/rank_target.py) shares with them."""
 from __future__ import annotations
 
 
@@ -12,3 +12,80 @@ def console():
 
 def pct(x: float | None, digits: int = 1) -> str:
     return "—" if x is None else f"{100 * x:.{digits}f}%"
+
+
+def print_rank(t: dict, ranked, top: int | None = None) -> None:
+    from rich.table import Table
+    out = console()
+    timing, totals, roof = t.get("timing", {}), t.get("totals", {}), t.get("roofline", {})
+    wl = t.get("workload", {})
+    out.print(f"[bold]{t.get('run_id')}[/] · {t.get('kernels')} kernels, {t.get('weights')} weights · workload "
+                  f"{wl.get('name')} ({wl.get('sha256', '')[:12]}) · {totals.get('calls')} op calls")
+    out.print(f"timing: [bold yellow]{timing.get('label')}[/] — {timing.get('note')}")
+    if timing.get("extrapolated_calls"):
+        out.print(f"        {timing['timed_calls']} calls timed, {timing['extrapolated_calls']} charged their "
+                      f"shape's mean")
+    gf = (roof.get("gflops") or {})
+    flops = ", ".join(f"{k} {v:.0f} GFLOP/s" for k, v in gf.items() if k in ("float32", "bfloat16")
+                      and (k == "float32" or v != gf.get("float32")))
+    out.print(f"roofline: {roof.get('gbps') or 0:.0f} GB/s, {flops} — {roof.get('source')}; {roof.get('note')}")
+    tps = totals.get("decode_tokens_per_s")
+    out.print(f"end to end: {totals.get('e2e_ms', 0):.0f} ms = ops {totals.get('total_op_ms', 0):.0f} ms + "
+                  f"outside ops {totals.get('non_op_ms', 0):.0f} ms · {totals.get('prefill_tokens')} prefill + "
+                  f"{totals.get('decode_tokens')} decode tokens"
+                  + (f", decode {tps:.3g} tok/s ({totals.get('decode_tokens_per_s_basis')})" if tps else "")
+                  + f" · this run's wall {totals.get('wall_ms', 0) / 1e3:.1f} s")
+    table = Table(show_lines=False)
+    for col, just in [("#", "right"), ("op", "left"), ("calls", "right"), ("total ms", "right"),
+                      ("share", "right"), ("GB/s", "right"), ("GFLOP/s", "right"), ("% peak", "right"),
+                      ("bound", "left"), ("headroom", "right"), ("gain", "right"), ("e2e ×", "right")]:
+        table.add_column(col, justify=just)
+    shown = ranked if top is None else ranked[:top]
+    n = 0
+    for r in shown:
+        mark = "" if r.status == "target" else f" [dim]({r.status})[/]"
+        n += r.status == "target"
+        peak = r.pct_peak_gflops if r.bound == "compute" else r.pct_peak_gbps
+        table.add_row(str(n) if r.status == "target" else "—", r.op + mark, str(r.calls), f"{r.total_ms:.1f}",
+                      pct(r.share), f"{r.gbps:.3g}", f"{r.gflops:.3g}",
+                      "—" if peak is None else f"{peak:.2g}%", r.bound or "—", pct(r.headroom),
+                      pct(r.gain), "—" if r.e2e_speedup is None else f"{r.e2e_speedup:.2f}",
+                      style=None if r.status == "target" else "dim")
+    out.print(table)
+    if top is not None and len(ranked) > top:
+        out.print(f"[dim]… {len(ranked) - top} more: autokernel rank {t['_path']}[/]")
+    out.print("[dim]share: of op time · gain: share of end-to-end time a roofline kernel would save · e2e ×: "
+                  "Amdahl speedup if the op reached its roofline · protected/denied ops are listed, never targets[/]")
+
+
+def print_op(t: dict, op: str) -> None:
+    from rich.table import Table
+    out = console()
+    e = t["ops"][op]
+    out.print(f"\n[bold]{op}[/]: {e['calls']} calls, {e['total_ms']:.1f} ms, mean {e['mean_ms']:.3f} ms, "
+                  f"p50 {e['p50_ms']:.3f} ms, p95 {e['p95_ms']:.3f} ms")
+    shapes = Table(title=f"{op}: shape corpus")
+    for col in ("shape", "calls", "timed", "mean ms", "timed min–max ms", "MFLOP", "KB", "dtypes", "sites"):
+        shapes.add_column(col)
+    for s in e["shapes"]:
+        spread = f"{s['min_ms']:.3g}–{s['max_ms']:.3g}" if "min_ms" in s else "—"
+        shapes.add_row(", ".join(f"{k}={v}" for k, v in s["shape"].items()), str(s["calls"]), str(s["timed_calls"]),
+                       f"{s['mean_ms']:.3f}", spread, f"{s['flops'] / 1e6:.3g}", f"{s['bytes'] / 1e3:.4g}",
+                       " ".join(sorted({v for d in s["dtypes"] for v in d.values()})), " ".join(s["sites"]))
+    out.print(shapes)
+
+
+def print_pyspy(spy: dict, timing: dict) -> None:
+    from rich.table import Table
+    out = console()
+    if not spy.get("ok"):
+        out.print(f"[yellow]py-spy: no samples: {spy.get('reason')}[/]")
+        return
+    table = Table(title=f"py-spy: top Python frames by self time ({spy['samples']} samples)",
+                  caption="autokernel/ops/*.py reference frames are the stand-ins for calls charged their shape's "
+                          "mean" if timing.get("extrapolated_calls") else None)
+    table.add_column("self", justify="right")
+    table.add_column("frame")
+    for f in spy["top_self"]:
+        table.add_row(pct(f["share"]), f["frame"])
+    out.print(table)

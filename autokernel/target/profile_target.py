@@ -27,8 +27,6 @@ import datetime
 import hashlib
 from pathlib import Path
 
-import typer
-
 from autokernel.errors import UserError
 from autokernel.target import declaration as decl
 from autokernel.target import discover
@@ -215,8 +213,3 @@ def _not_declared(launches: list[discover.Launch], total_ms: float) -> list[dict
             "total_ms": 1e3 * x.seconds, "share": 1e3 * x.seconds / total_ms if total_ms else 0.0}
            for x in launches]
     return sorted(out, key=lambda e: -e["total_ms"])
-
-
-def echo_warnings(warnings: list[str]) -> None:
-    for w in warnings:
-        typer.echo(f"warning: {w}", err=True)

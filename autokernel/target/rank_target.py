@@ -11,8 +11,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import typer
-
 from autokernel.errors import UserError
 
 NOT_DECLARED = "(not declared)"
@@ -134,21 +132,3 @@ def to_json(t: dict, ranked: list[dict], op: str | None = None) -> str:
     if op is not None:
         doc["op"] = {"name": op, **t["ops"][op]}
     return json.dumps(doc, indent=1)
-
-
-def show(t: dict, policy, as_json: bool, op: str | None) -> None:
-    """Rank and print (a table, or JSON); a trace that does not hold up is one line, exit 2."""
-    if op is not None and op not in t["ops"]:
-        raise UserError(f"op {op!r} is not declared in {t['target'].get('declaration')}; declared: "
-                        f"{', '.join(t['ops'])}")
-    try:
-        ranked = rank(t, policy)
-        if as_json:
-            typer.echo(to_json(t, ranked, op))
-            return
-        print_rank(t, ranked)
-        if op is not None:
-            print_op(t, op)
-    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:  # a forged or damaged trace
-        raise UserError(f"{t.get('_path', 'the trace')}: malformed target trace ({type(e).__name__}: "
-                        f"{str(e)[:80]}); re-run `autokernel profile --repo`") from None

@@ -1,4 +1,5 @@
-"""`autokernel profile` and `autokernel rank`: parse, dispatch, print. The work lives in profiler.py and rank.py."""
+"""`autokernel profile` and `autokernel rank`: parse, dispatch, print. The work lives in autokernel/profile/
+(profiler.py, rank.py, show.py) and, for a target checkout, autokernel/target/ (profile_target.py, rank_target.py)."""
 from __future__ import annotations
 
 import json
@@ -10,8 +11,7 @@ import typer
 
 from autokernel.errors import UserError
 from autokernel.profile.profiler import CPU_TIMED_PER_SHAPE
-from autokernel.profile.show import console as _console
-from autokernel.profile.show import pct as _pct
+from autokernel.profile.show import print_op, print_pyspy, print_rank
 
 
 def _policy(path: Optional[Path]):
@@ -131,7 +131,8 @@ def _profile_target(root: Path, out: Optional[Path], policy_file: Optional[Path]
     from autokernel.profile import trace
     from autokernel.target import profile_target, rank_target
     run_dir, warnings = profile_target.profile(root, out, policy_file)
-    profile_target.echo_warnings(warnings)
+    for w in warnings:
+        typer.echo(f"warning: {w}", err=True)
     t = trace.load_trace(run_dir)
     rank_target.print_rank(t, rank_target.rank(t))
     typer.echo(f"trace: {run_dir}/summary.json (no Chrome trace: the workload ran in the sandbox; its log: "
@@ -147,84 +148,26 @@ def _rank_target(root: Path, trace_path: Optional[Path], as_json: bool, plot_fil
                         "counts (drop --plot)")
     t = rank_target.load(root, trace_path)
     pol = policy.for_checkout(root, policy_file, uses=("ops",))
-    rank_target.show(t, pol, as_json, op)
+    _show_target(t, pol, as_json, op)
 
 
-def print_rank(t: dict, ranked, top: int | None = None) -> None:
-    from rich.table import Table
-    console = _console()
-    timing, totals, roof = t.get("timing", {}), t.get("totals", {}), t.get("roofline", {})
-    wl = t.get("workload", {})
-    console.print(f"[bold]{t.get('run_id')}[/] · {t.get('kernels')} kernels, {t.get('weights')} weights · workload "
-                  f"{wl.get('name')} ({wl.get('sha256', '')[:12]}) · {totals.get('calls')} op calls")
-    console.print(f"timing: [bold yellow]{timing.get('label')}[/] — {timing.get('note')}")
-    if timing.get("extrapolated_calls"):
-        console.print(f"        {timing['timed_calls']} calls timed, {timing['extrapolated_calls']} charged their "
-                      f"shape's mean")
-    gf = (roof.get("gflops") or {})
-    flops = ", ".join(f"{k} {v:.0f} GFLOP/s" for k, v in gf.items() if k in ("float32", "bfloat16")
-                      and (k == "float32" or v != gf.get("float32")))
-    console.print(f"roofline: {roof.get('gbps') or 0:.0f} GB/s, {flops} — {roof.get('source')}; {roof.get('note')}")
-    tps = totals.get("decode_tokens_per_s")
-    console.print(f"end to end: {totals.get('e2e_ms', 0):.0f} ms = ops {totals.get('total_op_ms', 0):.0f} ms + "
-                  f"outside ops {totals.get('non_op_ms', 0):.0f} ms · {totals.get('prefill_tokens')} prefill + "
-                  f"{totals.get('decode_tokens')} decode tokens"
-                  + (f", decode {tps:.3g} tok/s ({totals.get('decode_tokens_per_s_basis')})" if tps else "")
-                  + f" · this run's wall {totals.get('wall_ms', 0) / 1e3:.1f} s")
-    table = Table(show_lines=False)
-    for col, just in [("#", "right"), ("op", "left"), ("calls", "right"), ("total ms", "right"),
-                      ("share", "right"), ("GB/s", "right"), ("GFLOP/s", "right"), ("% peak", "right"),
-                      ("bound", "left"), ("headroom", "right"), ("gain", "right"), ("e2e ×", "right")]:
-        table.add_column(col, justify=just)
-    shown = ranked if top is None else ranked[:top]
-    n = 0
-    for r in shown:
-        mark = "" if r.status == "target" else f" [dim]({r.status})[/]"
-        n += r.status == "target"
-        peak = r.pct_peak_gflops if r.bound == "compute" else r.pct_peak_gbps
-        table.add_row(str(n) if r.status == "target" else "—", r.op + mark, str(r.calls), f"{r.total_ms:.1f}",
-                      _pct(r.share), f"{r.gbps:.3g}", f"{r.gflops:.3g}",
-                      "—" if peak is None else f"{peak:.2g}%", r.bound or "—", _pct(r.headroom),
-                      _pct(r.gain), "—" if r.e2e_speedup is None else f"{r.e2e_speedup:.2f}",
-                      style=None if r.status == "target" else "dim")
-    console.print(table)
-    if top is not None and len(ranked) > top:
-        console.print(f"[dim]… {len(ranked) - top} more: autokernel rank {t['_path']}[/]")
-    console.print("[dim]share: of op time · gain: share of end-to-end time a roofline kernel would save · e2e ×: "
-                  "Amdahl speedup if the op reached its roofline · protected/denied ops are listed, never targets[/]")
-
-
-def print_op(t: dict, op: str) -> None:
-    from rich.table import Table
-    console = _console()
-    e = t["ops"][op]
-    console.print(f"\n[bold]{op}[/]: {e['calls']} calls, {e['total_ms']:.1f} ms, mean {e['mean_ms']:.3f} ms, "
-                  f"p50 {e['p50_ms']:.3f} ms, p95 {e['p95_ms']:.3f} ms")
-    shapes = Table(title=f"{op}: shape corpus")
-    for col in ("shape", "calls", "timed", "mean ms", "timed min–max ms", "MFLOP", "KB", "dtypes", "sites"):
-        shapes.add_column(col)
-    for s in e["shapes"]:
-        spread = f"{s['min_ms']:.3g}–{s['max_ms']:.3g}" if "min_ms" in s else "—"
-        shapes.add_row(", ".join(f"{k}={v}" for k, v in s["shape"].items()), str(s["calls"]), str(s["timed_calls"]),
-                       f"{s['mean_ms']:.3f}", spread, f"{s['flops'] / 1e6:.3g}", f"{s['bytes'] / 1e3:.4g}",
-                       " ".join(sorted({v for d in s["dtypes"] for v in d.values()})), " ".join(s["sites"]))
-    console.print(shapes)
-
-
-def print_pyspy(spy: dict, timing: dict) -> None:
-    from rich.table import Table
-    console = _console()
-    if not spy.get("ok"):
-        console.print(f"[yellow]py-spy: no samples: {spy.get('reason')}[/]")
-        return
-    table = Table(title=f"py-spy: top Python frames by self time ({spy['samples']} samples)",
-                  caption="autokernel/ops/*.py reference frames are the stand-ins for calls charged their shape's "
-                          "mean" if timing.get("extrapolated_calls") else None)
-    table.add_column("self", justify="right")
-    table.add_column("frame")
-    for f in spy["top_self"]:
-        table.add_row(_pct(f["share"]), f["frame"])
-    console.print(table)
+def _show_target(t: dict, policy, as_json: bool, op: Optional[str]) -> None:
+    """Rank and print (a table, or JSON); a trace that does not hold up is one line, exit 2."""
+    from autokernel.target import rank_target
+    if op is not None and op not in t["ops"]:
+        raise UserError(f"op {op!r} is not declared in {t['target'].get('declaration')}; declared: "
+                        f"{', '.join(t['ops'])}")
+    try:
+        ranked = rank_target.rank(t, policy)
+        if as_json:
+            typer.echo(rank_target.to_json(t, ranked, op))
+            return
+        rank_target.print_rank(t, ranked)
+        if op is not None:
+            rank_target.print_op(t, op)
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:  # a forged or damaged trace
+        raise UserError(f"{t.get('_path', 'the trace')}: malformed target trace ({type(e).__name__}: "
+                        f"{str(e)[:80]}); re-run `autokernel profile --repo`") from None
 
 
 def register(app: typer.Typer) -> None:
