@@ -5,5 +5,5 @@
 - search.py    the offline agent: coordinate descent over launch meta-parameters, as a Model
 - evaluate.py  the Evaluator protocol and Feedback; the real one runs gate.verify then the benchmark
 - prompt.py    fills the templates in prompts/ (system, task, spec, tools) from the trusted spec and the roofline
-- command.py   agent_command(): one session for one op with a printed summary
+- command.py   run_session(): one session for one op with a printed summary (what `autokernel agent` runs)
 """

@@ -6,7 +6,8 @@ the session a commit comes from is the session the tests drive.
         --base-url (exit 2), so callers build it before any slow step (profiling)
     start(op, ...) -> (Result, Session): the session itself (or agent.workers of them: agent/workers.py), with the
                             model(s) and evaluator injected
-    run_session(...) -> Result, with a printed summary; agent_command(...) -> exit code 0 (a win) or 1 (none)
+    run_session(...) -> Result, with a printed summary (`autokernel agent`, autokernel/cli/agent.py, exits 0 on a
+        win, 1 on none)
 Bad input or environment (no key, unreachable server, protected op, missing kernel file, bad trace) is a UserError
 (exit 2).
 """
@@ -152,12 +153,6 @@ def run_session(op: str, agent: str | None = None, model: str | None = None, bas
                       ledger=ledger, bench=policy.bench)
     echo(summary(result))
     return result
-
-
-def agent_command(op: str, agent: str | None = None, model: str | None = None, base_url: str | None = None,
-                  trace: str | Path | None = None, run_dir: str | Path | None = None, **kw) -> int:
-    """Run one session on `op`, print its summary, and return the exit code (0 a win, 1 none)."""
-    return 0 if run_session(op, agent, model, base_url, trace, run_dir, **kw).best else 1
 
 
 def summary(r: Result) -> str:

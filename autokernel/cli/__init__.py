@@ -58,27 +58,6 @@ def generate(
                f"{g.prefill_s:.2f} s, decode {tps:.2f} tok/s]", err=True)
 
 
-@app.command("agent")
-def agent(
-    op: str = typer.Argument(..., help="The op whose kernels/<op>.py the agent rewrites."),
-    provider: Optional[str] = typer.Option(None, "--agent", help="search | anthropic | openai (default: policies.yaml "
-                                                                "agent.provider)."),
-    model: Optional[str] = typer.Option(None, help="Model name (default: the provider's, or the server's first)."),
-    base_url: Optional[str] = typer.Option(None, help="OpenAI-compatible server (vLLM, SGLang, Ollama, llama.cpp)."),
-    trace: Optional[Path] = typer.Option(None, help="traces/<run>/ whose shape corpus to optimise for (default: the "
-                                                    "spec's shapes)."),
-    run_dir: Optional[Path] = typer.Option(None, help="Where candidates and transcript.json go (default: "
-                                                      "sandbox/agent-...)."),
-    seed: int = typer.Option(0, help="The offline search's seed."),
-    repo: Optional[Path] = typer.Option(None, help="The checkout whose kernels/<op>.py is rewritten (default: the one "
-                                                   "here)."),
-):
-    """One agent session on one op, without profiling or committing (the session `autokernel run` runs per op).
-    Exit 0 if a candidate was accepted, 1 if none, 2 on bad input."""
-    from autokernel.agent.command import agent_command
-    raise typer.Exit(agent_command(op, provider, model, base_url, trace, run_dir, seed=seed, repo=repo))
-
-
 def _die_with_jobs() -> None:
     """SIGTERM (a CI runner's cancel, `kill`): every sandbox job still running (or stopped by the bench's lockstep)
     is killed first, then the command exits 143; Ctrl-C's KeyboardInterrupt kills a job where it waits
@@ -99,12 +78,14 @@ def main() -> None:
     # runs, so that `import autokernel.cli` stays light.
     from autokernel import run
     from autokernel.agent import ledger
+    from autokernel.cli import agent as agent_command
     from autokernel.cli import bench as bench_command
     from autokernel.cli import policy as policy_command
     from autokernel.cli import profile as profile_command
     from autokernel.cli import verify as gate_command
     from autokernel.target import init_command
-    for stage in (bench_command, gate_command, profile_command, policy_command, run, ledger, init_command):
+    for stage in (bench_command, agent_command, gate_command, profile_command, policy_command, run, ledger,
+                  init_command):
         stage.register(app)
     _die_with_jobs()
     try:

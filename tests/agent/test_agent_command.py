@@ -8,7 +8,8 @@ from fake_llm_api import Call, FakeAPI, anthropic_turn
 
 from autokernel import device
 from autokernel.agent import prompt
-from autokernel.agent.command import agent_command, run_session
+from autokernel.agent.command import run_session
+from autokernel.cli.agent import agent_command
 from autokernel.errors import UserError
 from autokernel.policy import Policy
 
