@@ -185,3 +185,15 @@ def test_open_pull_request_against_fake_github(repo):
     assert seen["path"] == "/repos/acme/engine/pulls" and seen["auth"] == "Bearer tok"
     assert seen["body"]["head"] == "autokernel/x" and seen["body"]["base"] == "main"
     assert seen["body"]["body"] == "body "
+
+
+def test_the_repos_git_wrapper_is_guarded_too(repo, monkeypatch):
+    """open_repo(...).git, GitPython's command wrapper, is delivery's (_Git): no hook runs, and what git starts (an
+    alias here, a credential helper or ssh for real) sees the allowlist environment, not ours."""
+    marks = plant_hooks(repo)
+    monkeypatch.setenv("GITHUB_TOKEN", "canary-7f3a91")
+    r = delivery.open_repo(repo.working_tree_dir)
+    r.git.commit("--allow-empty", "-m", "through the wrapper")
+    assert sorted(p.name for p in marks.iterdir()) == []
+    seen = r.git(c="alias.envdump=!env").envdump()
+    assert "GIT_CONFIG_NOSYSTEM=1" in seen and "canary-7f3a91" not in seen
