@@ -29,7 +29,7 @@ not parse or lack fields are skipped.
                                               the branch already carrying this kernels/<op>.py over the checkout's
                                               HEAD (autokernel.git.delivered), or None: such a source is answered
                                               from there, never gated or committed again (no duplicate work or PRs)
-    `autokernel ledger [--op OP] [--json]`    prints it
+    `autokernel ledger [--op OP] [--json]`    prints it (autokernel/cli/ledger.py)
 """
 from __future__ import annotations
 
@@ -42,12 +42,9 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import Optional
-
-import typer
 
 from autokernel import device, paths
-from autokernel.untrusted import data, fenced, line
+from autokernel.untrusted import fenced, line
 
 _APPEND = threading.Lock()
 FIELDS = ("sha256", "op", "device", "verdict", "reason", "detail", "accepted", "speedup", "speedup_ci", "time")
@@ -330,27 +327,3 @@ def delivered_answer(op: str, where: dict, measured: dict | None) -> str:
                        "commit": line(where["commit"], 40), "verdict": "accepted" if measured else None,
                        **{k: (measured or {}).get(k) for k in keep}}, indent=1, default=str)
 
-
-def ledger_cmd(op: Optional[str] = typer.Option(None, help="Only this op."),
-               as_json: bool = typer.Option(False, "--json", help="JSON lines for machines."),
-               repo: Optional[Path] = typer.Option(None, help="The checkout (default: the one here)."),
-               all_devices: bool = typer.Option(False, "--all-devices", help="Include other devices' lines.")):
-    """Every candidate tried on this checkout: sha256, op, device, verdict, reason, speedup, time."""
-    led = Ledger.of(paths.target(repo))
-    es = led.entries(op, this_device=not all_devices)
-    if as_json:
-        for e in es:
-            typer.echo(json.dumps(data(e)))
-        return
-    if not es:
-        typer.echo(f"ledger {led.path}: no candidates" + (f" for {op}" if op else "") + " on this device")
-        return
-    for e in es:
-        sp = f"{e['speedup']:.3f}x" if isinstance(e.get("speedup"), (int, float)) else "-"
-        typer.echo(f"{line(e['time'], 20)}  {line(e['op'], 20):<12} {line(e['sha256'], 64)[:12]}  "
-                   f"{line(e['verdict'], 10):<8} {sp:>8}  {line(e.get('reason') or '', 40):<28} "
-                   f"{line(e.get('detail') or '', 100)}")
-
-
-def register(app: typer.Typer) -> None:
-    app.command("ledger")(ledger_cmd)

@@ -77,9 +77,9 @@ def main() -> None:
     # The sub-commands register themselves (here in cli/, or still with their stage); imported only when a command
     # runs, so that `import autokernel.cli` stays light.
     from autokernel import run
-    from autokernel.agent import ledger
     from autokernel.cli import agent as agent_command
     from autokernel.cli import bench as bench_command
+    from autokernel.cli import ledger
     from autokernel.cli import policy as policy_command
     from autokernel.cli import profile as profile_command
     from autokernel.cli import verify as gate_command

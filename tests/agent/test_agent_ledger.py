@@ -52,13 +52,13 @@ def test_another_device_or_a_broken_line_is_not_an_answer(tmp_path):
 
 
 def test_ledger_command_prints_this_checkouts_ledger(tmp_path):
-    from autokernel.agent import ledger as ledger_mod
+    from autokernel.cli import ledger as ledger_cli
     (tmp_path / "kernels").mkdir()
     (tmp_path / "kernels" / "rmsnorm.py").write_text(GOOD)
     led = Ledger(tmp_path / "sandbox" / "ledger.jsonl")
     session(tmp_path, "run1", [CHEAT, GOOD], StubEvaluator(), led)
     app = typer.Typer()
-    ledger_mod.register(app)
+    ledger_cli.register(app)
     app.command("noop")(lambda: None)  # two commands: typer then takes the command name
     r = CliRunner().invoke(app, ["ledger", "--repo", str(tmp_path), "--op", "rmsnorm", "--json"])
     assert r.exit_code == 0, r.output
