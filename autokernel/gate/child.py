@@ -45,7 +45,7 @@ from autokernel.harness import CallRecord, CallSpec, NumericPayload, NumericRepo
 
 device.ensure_interpreter()  # before triton is imported: kernels run through the interpreter without CUDA
 
-from autokernel.gate import coverage_probe, judge  # noqa: E402
+from autokernel.gate import coverage_probe, hints, judge  # noqa: E402
 from autokernel.gate.allowlist import ALLOC, COPY, LAUNCH_ONLY, POISONED, VIEW  # noqa: E402  (one table: static too)
 
 ALLOWED_OPS = ALLOC | VIEW | COPY | LAUNCH_ONLY | {"fill_"}  # by name: what the parent re-checks each call's ops for
@@ -283,15 +283,20 @@ def _call(launcher, kwargs: dict, guard: Guard, hook: LaunchHook, where: str, ke
     pristine = {k: _storage_bytes(v).clone() for k, v in inputs.items()}
     guard.violation, hook.count = None, 0
     guard.fences = []
+    hints.state.first = None
     try:
         with guard:
             res = launcher(**kwargs)
     except BaseException as e:  # noqa: BLE001 -- the candidate's failure is a verdict, never the harness's
         if guard.violation:
             raise guard.reject(where) from None
+        if hints.state.first:
+            raise _false_hint(where) from None
         raise Reject("runtime.exception", f"{harness.describe(e)} ({where})") from None
     if guard.violation:
         raise guard.reject(where)
+    if hints.state.first:
+        raise _false_hint(where)
     if hook.count == 0:
         raise Reject("runtime.no_triton_launch", f"the call launched none of the candidate's @triton.jit kernels "
                                                  f"({where})")
@@ -306,6 +311,11 @@ def _call(launcher, kwargs: dict, guard: Guard, hook: LaunchHook, where: str, ke
         if not _equal(_storage_bytes(v), pristine[k]):
             raise Reject("numeric.input_mutated", f"input {k} (or memory sharing its storage) changed ({where})")
     return outs
+
+
+def _false_hint(where: str) -> Reject:
+    return Reject("runtime.false_hint", f"{hints.state.first}: a compiled kernel relies on it (vectorised, unmasked "
+                                        f"or aligned accesses) where the interpreter ignores it ({where})")
 
 
 def _selected(res, target: dict | None, where: str) -> list:
@@ -384,6 +394,8 @@ def numeric(payload: NumericPayload, inputs) -> NumericReport:
     recorder = coverage_probe.Recorder()  # what the candidate's code did (autokernel/gate/coverage.py)
     path = (job / payload["candidate"]).resolve()
     coverage_probe.install_interpreter(str(path))
+    if not device.is_cuda():
+        hints.install()  # compiler hints checked where the interpreter would ignore them (autokernel/gate/hints.py)
     coverage_probe.install_autotune(recorder, module_name, int(payload.get("salt") or 0))
     _warm_up(guard)
     report: NumericReport = {"failure": None, "calls": [], "ops": {}, "coverage": recorder.seen}

@@ -37,6 +37,8 @@ REASONS = {
     "runtime.thread": "the candidate started a thread",
     "runtime.out_of_bounds": "a call wrote outside the memory of its inputs and of the tensors it allocated (guard "
                              "bytes around each changed)",
+    "runtime.false_hint": "a compiler hint (tl.multiple_of, tl.max_contiguous, tl.max_constancy) was false for the "
+                          "values it was applied to: the interpreter ignores it, a compiled kernel relies on it",
     "runtime.incomplete": "the job did not return every call the gate asked for (or returned ones it did not ask for)",
     "numeric.bad_output": "output is not a plain torch.Tensor of the reference's count, shape, dtype and layout",
     "numeric.aliasing": "output shares storage with an input or with an earlier call's output",
