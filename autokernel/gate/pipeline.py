@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import inspect
 import secrets
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable
+from typing import Protocol, Sequence
 
 import torch
 
@@ -22,12 +21,21 @@ from autokernel.gate.verdict import StageResult, Verdict
 from autokernel.ops import get
 from autokernel.policy import Policy
 
-Stage = Callable[[str, Path, Policy], StageResult]
 MAX_PLAN_CASES = 600  # a thorough plan is ~100 cases (+ at most 48 threshold rows and gate.coverage_cases steered)
-# Stages run after static, runtime and numeric have passed, in order, each given (op, candidate file, policy); the
-# candidate file is the gate's own copy (the bytes that were hashed). verify's `stages` replaces the default
-# (the end-to-end stage alone) in tests.
-def _e2e(op: str, candidate: Path, policy: Policy, kernels_dir: Path | None = None,
+
+
+class Stage(Protocol):
+    """A stage run after static, runtime and numeric have passed, in order (verify's `stages` replaces the default,
+    the end-to-end stage alone, in tests). It is given the op, the gate's own copy of the candidate (the bytes that
+    were hashed) and the policy; by keyword the target's kernels/ (None: the installed project's), the numeric
+    stage's metrics (its per-call times size the stage's time limit) and the deadline (time.monotonic(); None:
+    none)."""
+
+    def __call__(self, op: str, candidate: Path, policy: Policy, *, kernels_dir: Path | None = None,
+                 measured: dict | None = None, deadline: float | None = None) -> StageResult: ...
+
+
+def _e2e(op: str, candidate: Path, policy: Policy, *, kernels_dir: Path | None = None,
          measured: dict | None = None, deadline: float | None = None) -> StageResult:
     from autokernel.gate import e2e
     return e2e.stage(op, candidate, policy, kernels_dir=kernels_dir, measured=measured, deadline=deadline)
@@ -78,20 +86,6 @@ def _sandboxed(spec, copy: Path, job_dir: Path, policy: Policy, shapes, dtypes, 
     return [r for r in (runtime, num) if r is not None]
 
 
-def _stage_args(stage: Stage, results: list[StageResult], kernels_dir, policy: Policy,
-                deadline: float | None) -> dict:
-    """The optional arguments a later stage takes: the target's kernels/, the numeric stage's per-call times (they
-    size the stage's time limit), the deadline (TimeoutError here when none is left)."""
-    params = inspect.signature(stage).parameters
-    extra = {"kernels_dir": Path(kernels_dir)} if kernels_dir is not None and "kernels_dir" in params else {}
-    if "measured" in params:
-        extra["measured"] = next((r.metrics for r in results if r.name == "numeric"), None)
-    if deadline is not None and "deadline" in params:
-        _capped(policy.sandbox, deadline)
-        extra["deadline"] = deadline
-    return extra
-
-
 def default_run_dir(op: str) -> Path:
     """sandbox/verify-... of the checkout here, or of the user's cache directory when there is none
     (autokernel.paths.target): never the installed package's directory."""
@@ -103,7 +97,7 @@ def default_run_dir(op: str) -> Path:
 def verify(op: str, candidate_path: str | Path, *, shapes: list[dict] | None = None, seed: int | None = None,
            policy: Policy | None = None, run_dir: str | Path | None = None,
            dtypes: list[torch.dtype] | None = None, dists: list[str] | None = None,
-           stages: list[Stage] | None = None, kernels_dir: str | Path | None = None,
+           stages: Sequence[Stage] | None = None, kernels_dir: str | Path | None = None,
            time_left_s: float | None = None) -> Verdict:
     """Judge `candidate_path` as a replacement for kernels/<op>.py.
 
@@ -137,8 +131,10 @@ def verify(op: str, candidate_path: str | Path, *, shapes: list[dict] | None = N
     for stage in ((_e2e,) if stages is None else stages):
         if not all(r.passed for r in results):
             break
-        results.append(_timed(functools.partial(stage, **_stage_args(stage, results, kernels_dir, policy, deadline)),
-                              op, copy, policy))
+        _capped(policy.sandbox, deadline)  # TimeoutError when no time is left for it
+        measured = next((r.metrics for r in results if r.name == "numeric"), None)
+        results.append(_timed(functools.partial(stage, kernels_dir=None if kernels_dir is None else Path(kernels_dir),
+                                                measured=measured, deadline=deadline), op, copy, policy))
         _deadline_cut(results, deadline)
     accepted = all(r.passed for r in results)
     v = Verdict(op=op, candidate=str(candidate_path), candidate_sha256=sha,

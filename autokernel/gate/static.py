@@ -16,12 +16,16 @@ from __future__ import annotations
 
 import ast
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from autokernel.gate import allowlist as A
 from autokernel.gate import static_common, static_decorators, static_host, static_kernel
 from autokernel.gate.static_facts import Facts, Finding  # re-exported: callers import them from here
 from autokernel.gate.verdict import StageResult
 from autokernel.paths import INSTALLED_LAYOUT
+
+if TYPE_CHECKING:
+    from autokernel.policy import Policy
 
 MAX_SOURCE_BYTES = 1 << 20  # a kernel file is a few kB; a megabyte is an attack on the parser, not a kernel
 
@@ -42,15 +46,15 @@ def check_file(path: Path, op: str, reference_launcher: Path | None = None, *,
 
 
 def check_source(source: str | bytes, op: str, reference_launcher: Path | None = None, *,
-                 allow_inline_asm: bool = False, policy=None, relative: bool = False) -> StageResult:
+                 allow_inline_asm: bool = False, policy: Policy | None = None, relative: bool = False) -> StageResult:
     """Parse a candidate for kernels/<op>.py against the grammar; the first finding by REASON_ORDER is the verdict.
 
     reference_launcher: the incumbent kernels/<op>.py whose launcher signature the candidate must keep (default:
-    this project's). policy (an autokernel.policy.Policy) or allow_inline_asm: whether tl.inline_asm_elementwise
+    this project's). policy (its gate.allow_inline_asm) or allow_inline_asm: whether tl.inline_asm_elementwise
     is allowed (policy field gate.allow_inline_asm; off by default). relative: a target checkout's kernel file
     (autokernel/target/contract.py), `op` its launcher: what the incumbent file itself does is excused (excused)."""
     if policy is not None:
-        allow_inline_asm = bool(getattr(getattr(policy, "gate", None), "allow_inline_asm", allow_inline_asm))
+        allow_inline_asm = policy.gate.allow_inline_asm
     findings = find(source, op, reference_launcher, allow_inline_asm=allow_inline_asm, relative=relative)
     if relative and reference_launcher is not None:
         findings = excused(findings, find(reference_launcher.read_bytes(), op, reference_launcher,

@@ -72,7 +72,8 @@ def params(fxs) -> list:
     return [pytest.param(f, id=f.id, marks=[pytest.mark.slow] if slow(f) else []) for f in fxs]
 
 
-def e2e_fails(op: str, candidate: Path, policy: Policy) -> StageResult:
+def e2e_fails(op: str, candidate: Path, policy: Policy, *, kernels_dir: Path | None = None,
+              measured: dict | None = None, deadline: float | None = None) -> StageResult:
     return StageResult.fail("e2e", "e2e.kl_exceeded", f"stub stage saw {candidate.name} for {op}")
 
 

@@ -230,7 +230,7 @@ def test_the_gate_deadline_caps_every_job_and_a_cut_is_no_verdict(monkeypatch, t
         seen["numeric_timeout_s"] = limits.timeout_s
         return StageResult.ok("runtime"), StageResult.ok("numeric")
 
-    def stage(op, candidate, policy, deadline=None):
+    def stage(op, candidate, policy, *, kernels_dir=None, measured=None, deadline=None):
         seen["deadline"] = deadline
         return StageResult.fail("e2e", "sandbox.timeout", "killed at its limit")
 

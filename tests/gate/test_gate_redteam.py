@@ -47,7 +47,7 @@ def test_stage_hook_runs_after_numeric(jobs):
 def test_stage_hook_skipped_after_a_failure(tmp_path):
     seen = []
 
-    def stage(op, candidate, policy):
+    def stage(op, candidate, policy, *, kernels_dir=None, measured=None, deadline=None):
         seen.append(op)
         return StageResult.ok("e2e")
 
