@@ -185,7 +185,7 @@ def test_a_stalled_stream_is_abandoned_at_the_wall_clock_deadline(tmp_path, rmsn
     t0 = time.monotonic()
     with FakeAPI(script) as api:
         result, ev, t = session(api, rmsnorm_prompt, tmp_path, policy=Agent(max_wall_s=2.0))
-    assert time.monotonic() - t0 < 6.0 and len(api.requests) == 1
+    assert time.monotonic() - t0 < 20.0 and len(api.requests) == 1  # the stall is 30 s; slack for a loaded machine
     assert result.status == "limit" and "during a model call" in result.detail and result.error is None
 
 

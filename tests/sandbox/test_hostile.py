@@ -245,7 +245,7 @@ def test_hang_is_a_timeout(world):
     t0 = time.perf_counter()
     res = run_attack(world, ["hang.py"], ctx(world), lim)
     assert not res.ok and res.reason == "sandbox.timeout", res
-    assert time.perf_counter() - t0 < 12
+    assert time.perf_counter() - t0 < 30  # killed at 4 s (the hang never ends); slack for a loaded machine
 
 
 def test_huge_output_is_capped(world):
