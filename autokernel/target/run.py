@@ -41,18 +41,33 @@ class TargetEvaluator:
         return path
 
     def evaluate(self, op: str, source: str, time_left_s: float | None = None) -> Feedback:
-        from autokernel.target import gate
         digest = sha256(source)
         if digest in self.seen:
             return replace(self.seen[digest], duplicate=True)
+        fb = self.gate(op, source, time_left_s)
+        if fb.verdict == "accepted":
+            fb = self.bench(op, source, fb, time_left_s)
+        self.seen[digest] = fb
+        return fb
+
+    def gate(self, op: str, source: str, time_left_s: float | None = None) -> Feedback:
+        """The target gate's verdict (autokernel/target/gate.py, e2e included), not yet timed. It takes no deadline:
+        its jobs run under the policy's own limits."""
+        from autokernel.target import gate
         path = self._write(source)
         fb = from_verdict(gate.verify(self.root, self.op, path, policy=self.policy, trace=self.trace,
                                       run_dir=path.parent / "gate"))
         fb.path = str(path)
-        if fb.verdict == "accepted":
-            fill(fb, self._measure(path, path.parent / "bench"))
-        self.seen[digest] = fb
         return fb
+
+    def bench(self, op: str, source: str, feedback: Feedback, time_left_s: float | None = None) -> Feedback:
+        """The target benchmark of the file the gate accepted (`feedback.path`), its figures filled in."""
+        path = Path(feedback.path)
+        fill(feedback, self._measure(path, path.parent / "bench"))
+        return feedback
+
+    def check(self, op: str, source: str, time_left_s: float | None = None) -> dict | None:
+        return None  # no quick check for a target's op: check_candidate tells the model so
 
     def _measure(self, path: Path, run_dir: Path):
         from autokernel.target import bench
@@ -84,10 +99,29 @@ def fill(fb: Feedback, m) -> None:
                      "speedup": s.speedup and round(s.speedup.est, 4)} for s in cand.shapes]
 
 
+def _reference_source(root: Path, op: decl.Op) -> str:
+    """The declared reference function's source, read from the checkout without running it ("" where it cannot be
+    found: the gate still uses it; the prompt only shows it)."""
+    import ast
+    module, _, name = (op.reference or "").partition(":")
+    try:
+        text = paths.read_text(decl.module_file(root, module, "reference"), root)
+        fn = next(n for n in ast.parse(text).body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+                  and n.name == name)
+    except (UserError, SyntaxError, ValueError, StopIteration):
+        return ""
+    return ast.get_source_segment(text, fn) or ""
+
+
 def prompt(root: Path, op: decl.Op, trace: dict) -> Prompt:
-    """What the model is told about a target's op: the file, the launcher, the layouts production sends, the rules."""
+    """What the model is told about a target's op: the file, the launcher, its reference's source, the layouts
+    production sends, its share of launch time, the tolerance, the rules."""
     source = paths.read_text(root / op.file, root)
     entry = (trace.get("ops") or {}).get(op.name) or {}
+    ref = _reference_source(root, op)
+    share = entry.get("share")
+    tol = (f"the declared tolerance {json.dumps(op.tolerance)}" if op.tolerance else
+           "a tolerance derived per dtype from the reference's own rounding error at float64")
     layouts = "\n".join(f"- {s.get('launcher')}({', '.join(str(a) for a in s.get('args', []))}): {s.get('calls')} "
                         f"call(s)" for s in (entry.get("shapes") or [])[:12]) or "- (see the trace)"
     system = ("You make a Triton kernel file of an inference engine faster without changing what it computes. "
@@ -97,9 +131,12 @@ def prompt(root: Path, op: decl.Op, trace: dict) -> Prompt:
               "and the engine's next-token distributions end to end), then a benchmark times it against the "
               "incumbent. Import only what the file imports; keep every public function's signature; no state, "
               "no caching, no special cases for the shapes below.")
-    task = (f"Op `{op.name}`: file `{op.file}`, launcher `{', '.join(op.launchers)}`, reference `{op.reference}`.\n"
-            f"The workload's calls:\n{layouts}\n"
-            f"Read the kernel (read_kernel), submit candidates (submit_candidate), finish when done.")
+    task = (f"Op `{op.name}`: file `{op.file}`, launcher `{', '.join(op.launchers)}`, reference `{op.reference}`"
+            + (f" ({100 * share:.1f}% of the profiled launch time)" if isinstance(share, (int, float)) else "")
+            + f".\nThe workload's calls:\n{layouts}\n"
+            + (f"The reference (what the launcher must compute, within {tol}):\n```python\n{ref}\n```\n" if ref
+               else f"Outputs are judged within {tol}.\n")
+            + "Read the kernel (read_kernel), submit candidates (submit_candidate), finish when done.")
     return Prompt(system=system, task=task, kernel=source, spec=task, context={"op": op.name, "file": op.file})
 
 
@@ -199,7 +236,7 @@ def pipeline(ctx, root: Path, op: str | None) -> list[TargetOutcome]:
 
 def is_target(repo: Path | None) -> bool:
     """`--repo` (else the work tree here) is a target checkout: it has an autokernel.toml and no kernels/ of ours."""
-    from autokernel.target.init_command import checkout_root
+    from autokernel.target.declaration import checkout_root
     try:
         root = checkout_root(repo)
     except UserError:
@@ -223,7 +260,7 @@ def _context(repo: Path | None, agent, model, base_url, policy_file, yes: bool, 
     from autokernel.agent.command import agent_settings, make_model
     from autokernel.agent.providers import preflight
     from autokernel.git import toplevel
-    from autokernel.target.init_command import checkout_root
+    from autokernel.target.declaration import checkout_root
     root = checkout_root(repo)
     toplevel(root)
     pol = policy_mod.for_checkout(root, policy_file, flags=policy_mod.flags(agent, base_url, None))

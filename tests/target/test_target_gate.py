@@ -302,3 +302,17 @@ def test_an_input_written_but_not_returned_is_held_unchanged(tmp_path):
     assert calls.written == []
     v = gate(root, root / "toyt/ops/norm.py")
     assert not v.accepted and v.failure.reason == "numeric.input_mutated", (v.failure.reason, v.failure.detail)
+
+
+def test_the_agents_prompt_shows_the_reference_the_share_and_the_tolerance(tmp_path):
+    """What a model is told about a target's op: the reference's own source (read, never run, here), the op's share of
+    launch time from the profile, and which tolerance judges it; a reference that cannot be found is left out."""
+    from autokernel.target.run import prompt
+    root = checkout(tmp_path / "t")
+    op = decl.load(root).ops["norm"]
+    p = prompt(root, op, {"ops": {"norm": {"share": 0.625, "shapes": []}}})
+    assert "x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)" in p.task
+    assert "62.5% of the profiled launch time" in p.task and "derived per dtype" in p.task
+    missing = checkout(tmp_path / "m", DECLARATION.replace("toyt.reference:norm", "toyt.reference:gone"))
+    p = prompt(missing, decl.load(missing).ops["norm"], {})
+    assert "```" not in p.task and "Outputs are judged within" in p.task
