@@ -79,11 +79,11 @@ def main() -> None:
     from autokernel import run
     from autokernel.cli import agent as agent_command
     from autokernel.cli import bench as bench_command
+    from autokernel.cli import init as init_command
     from autokernel.cli import ledger
     from autokernel.cli import policy as policy_command
     from autokernel.cli import profile as profile_command
     from autokernel.cli import verify as gate_command
-    from autokernel.target import init_command
     for stage in (bench_command, agent_command, gate_command, profile_command, policy_command, run, ledger,
                   init_command):
         stage.register(app)

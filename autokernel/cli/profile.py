@@ -120,7 +120,7 @@ def _target_root(repo: Optional[Path]) -> Optional[Path]:
     autokernel layout (kernels/<op>.py); None: the embedded engine."""
     from autokernel import paths
     from autokernel.target import declaration as decl
-    from autokernel.target.init_command import checkout_root
+    from autokernel.target.declaration import checkout_root
     root = checkout_root(repo)
     if repo is not None or (os.path.lexists(root / decl.NAME) and not paths.is_layout(root)):
         return root

@@ -61,7 +61,7 @@ def verify_command(op: str, candidate: Path, trace: Path | None = None, seed: in
 def _verify_target(repo: Path, op: str, candidate: Path, seed, as_json: bool, policy_file, trace=None) -> int:
     from autokernel import policy as policy_mod
     from autokernel.target import gate
-    from autokernel.target.init_command import checkout_root
+    from autokernel.target.declaration import checkout_root
     try:
         if not candidate.is_file():
             raise UserError(f"{candidate}: no such candidate file")

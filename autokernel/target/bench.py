@@ -130,7 +130,7 @@ def bench_target(repo: Path, name: str, candidates: list[Path], trace: Path | No
     from autokernel.bench.measure import IncumbentFailed
     from autokernel.bench.show import print_refused as _print_refused
     from autokernel.bench.show import render
-    from autokernel.target.init_command import checkout_root
+    from autokernel.target.declaration import checkout_root
     from autokernel.untrusted import data, line
     try:
         root = checkout_root(repo)

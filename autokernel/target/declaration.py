@@ -91,6 +91,16 @@ def checkout_file(root: Path, path: Path, what: str) -> Path:
         raise UserError(f"{what}: {e}") from None
 
 
+def checkout_root(repo: Path | None) -> Path:
+    """--repo PATH (a directory), else the git work tree of the current directory, else the current directory."""
+    if repo is not None:
+        if not Path(repo).expanduser().is_dir():
+            raise UserError(f"--repo {repo}: no such directory")
+        return Path(repo).expanduser().resolve()
+    here = Path.cwd().resolve()
+    return next((d for d in (here, *here.parents) if (d / ".git").exists()), here)
+
+
 def load(root: Path) -> Declaration | None:
     """The checkout's declaration, checked field by field; None when there is none."""
     path = root / NAME

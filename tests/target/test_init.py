@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from autokernel.cli.init import init_command
 from autokernel.errors import UserError
 from autokernel.target import declaration as decl
 from autokernel.target import discover
-from autokernel.target.init_command import init_command
 
 try:
     import tomllib

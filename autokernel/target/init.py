@@ -1,9 +1,10 @@
-"""`autokernel init [--repo PATH] [--engine module:function] [--force] [--policy FILE]`: run a checkout's engine
-workload once in the sandbox, list every Triton kernel it launched and the function that launched it, and write the
-starting declaration (autokernel.toml: one [ops.<name>] table per kernel file, `reference = "TODO"` for the user).
+"""`autokernel init`'s work on a checkout (the command: autokernel/cli/init.py): run its engine workload once in the
+sandbox, list every Triton kernel it launched and the function that launched it (autokernel/target/discover.py), and
+write the starting declaration (autokernel.toml: one [ops.<name>] table per kernel file, `reference = "TODO"` for the
+user).
 
-Exit 0 written; 2 bad input (no engine entry, a declaration that already declares ops without --force, an engine
-that raises or launches nothing, a file outside the checkout or a symlink), with nothing written.
+Bad input (exit 2) leaves nothing written: no engine entry, a declaration that already declares ops without --force,
+an engine that raises or launches nothing, a file outside the checkout or a symlink.
 """
 from __future__ import annotations
 
@@ -12,9 +13,6 @@ import os
 import tempfile
 import time
 from pathlib import Path
-from typing import Optional
-
-import typer
 
 from autokernel.errors import UserError
 from autokernel.target import declaration as decl
@@ -22,16 +20,6 @@ from autokernel.target import discover
 
 HEADER = ("# autokernel target declaration (docs/targets.md). Written by `autokernel init`; fill in each op's\n"
           "# `reference` (a torch function with the launcher's signature), then check what it inferred.\n")
-
-
-def checkout_root(repo: Path | None) -> Path:
-    """--repo PATH (a directory), else the git work tree of the current directory, else the current directory."""
-    if repo is not None:
-        if not Path(repo).expanduser().is_dir():
-            raise UserError(f"--repo {repo}: no such directory")
-        return Path(repo).expanduser().resolve()
-    here = Path.cwd().resolve()
-    return next((d for d in (here, *here.parents) if (d / ".git").exists()), here)
 
 
 def engine_entry(root: Path, found: decl.Declaration | None, engine: str | None, force: bool) -> str:
@@ -50,17 +38,24 @@ def engine_entry(root: Path, found: decl.Declaration | None, engine: str | None,
     return decl.entry(build, "--engine" if engine else f"{path}: [engine] build", root)
 
 
-def init_command(repo: Path | None, engine: str | None, force: bool, policy_file: Path | None) -> int:
+def discovery(root: Path, engine: str | None, force: bool,
+              policy_file: Path | None) -> tuple[decl.Declaration | None, str, discover.Discovery, Path]:
+    """Run the checkout's engine workload once in the sandbox: (the declaration already there, or None; the engine
+    entry; what the workload launched; the job directory its records go to, in the user's cache)."""
     from autokernel import paths, sandbox
     from autokernel import policy as policy_mod
-    root = checkout_root(repo)
     found = decl.load(root)
     build = engine_entry(root, found, engine, force)
     policy = policy_mod.for_checkout(root, policy_file, uses=("sandbox",))
     sandbox.preflight(policy.sandbox, untrusted_author=False)
     job_dir = paths.user_cache() / "init" / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
-    d = discover.run(root, build, policy, job_dir)
-    show(d)
+    return found, build, discover.run(root, build, policy, job_dir), job_dir
+
+
+def declare(root: Path, found: decl.Declaration | None, build: str, d: discover.Discovery, job_dir: Path) -> str:
+    """Write the declaration of what `discovery` found, and its record (job_dir/discovery.json); returns what was
+    done to autokernel.toml: "wrote", "added to" (an [engine]-only file the user wrote) or "replaced"."""
+    from autokernel import paths
     if not d.ops:
         raise UserError(f"[engine] build = {build}: no launched kernel is defined in a file of the checkout {root} "
                         "(all came from installed packages); vendor the kernels you want tuned into the checkout")
@@ -69,11 +64,7 @@ def init_command(repo: Path | None, engine: str | None, force: bool, policy_file
         HEADER + f"\n[engine]\nbuild = {decl.quote(build)}\n\n")
     write(root / decl.NAME, head + render(d.ops))
     (job_dir / "discovery.json").write_text(json.dumps(record(d), indent=1))
-    verb = "replaced" if found is not None and found.ops else "added to" if keep else "wrote"
-    typer.echo(f"{verb} {root / decl.NAME}: {len(d.ops)} op(s) ({', '.join(op.name for op in d.ops)}); "
-               "next: set each reference (docs/targets.md)")
-    typer.echo(f"discovery record: {job_dir / 'discovery.json'}")
-    return 0
+    return "replaced" if found is not None and found.ops else "added to" if keep else "wrote"
 
 
 def write(path: Path, text: str) -> None:
@@ -126,48 +117,3 @@ def record(d: discover.Discovery) -> dict:
                           "site": None if x.site is None else vars(x.site), "calls": x.calls, "seconds": x.seconds,
                           "grids": x.grids, "signatures": [[[n, list(v)] for n, v in s] for s in x.signatures],
                           "signature_calls": x.signature_calls} for x in d.launches]}
-
-
-def show(d: discover.Discovery) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    from autokernel.untrusted import markup
-    t = d.timings
-    calls = sum(x.calls for x in d.launches)
-    kernels = len({(x.kernel_file, x.kernel) for x in d.launches})
-    mode = ("CPU interpreter: times are interpreter times" if d.interpreted
-            else "compiled: launch times between device synchronisations")
-    typer.echo(f"ran {d.build} in the sandbox ({d.isolation}): build {t.get('build_s', 0):.1f} s, workload "
-               f"{t.get('workload_s', 0):.1f} s, {calls} Triton launches of {kernels} kernel(s) ({mode})")
-    total_s = sum(x.seconds for x in d.launches) or 1.0
-    table = Table(title_justify="left")
-    for col in ("op", "kernel", "launched from", "calls", "time", "arguments (first layout)"):
-        table.add_column(col, overflow="fold")
-    ops = {x.kernel_file: op.name for op in d.ops for x in op.launches}
-    for x in sorted(d.launches, key=lambda x: -x.seconds):
-        site = f"{x.site.file}:{x.site.function}" if x.site else "-"
-        table.add_row(markup(ops.get(x.kernel_file, "(not in the checkout)")), markup(x.kernel), markup(site),
-                      str(x.calls), f"{100 * x.seconds / total_s:.0f}%",
-                      markup(discover.describe(x.signatures[0], 4) if x.signatures else ""))
-    Console().print(table)
-    if d.pinned:
-        typer.echo("autotuned kernels ran one config each under the interpreter: "
-                   + ", ".join(f"{k} (1 of {v})" for k, v in d.pinned.items()))
-
-
-def register(app: typer.Typer) -> None:
-    @app.command("init")
-    def init(
-        repo: Optional[Path] = typer.Option(None, help="The checkout (default: the git work tree here)."),
-        engine: Optional[str] = typer.Option(None, help="The engine entry \"package.module:function\" for a new "
-                                                        "declaration (default: `build` in autokernel.toml's engine "
-                                                        "table)."),
-        force: bool = typer.Option(False, "--force", help="Replace a declaration that already declares ops."),
-        policy_file: Optional[Path] = typer.Option(None, "--policy", help="policies.yaml for the sandbox's limits "
-                                                                          "(default: the checkout's, trust rule 6)."),
-    ):
-        """Discover a checkout's Triton kernels: run its engine's workload in the sandbox, list each kernel launched
-        and the function that launched it, and write the starting declaration (autokernel.toml). Exit 0 written,
-        2 bad input (nothing written)."""
-        raise typer.Exit(init_command(repo, engine, force, policy_file))
