@@ -10,9 +10,7 @@ records each op's outcome; `--resume RUN` skips finished ops, retries a delivery
 evidence the run already wrote, without a new session, and benchmarks the candidates that passed the gate when the
 session's time ran out (out_of_time), without gating them again (finish_unbenched).
 
-Exit codes of `run` and `nightly` (README): 0 done (a win, or for nightly also none), 1 no improvement (run), 2 bad
-input or a model that could not be used, 3 out of time: work was left undone that `--resume` picks up (candidates
-that passed the gate and were not benchmarked, or a session that ended before the model ever replied).
+The commands themselves (options, the console, Ctrl-C, exit codes) are autokernel/cli/run.py.
 """
 from __future__ import annotations
 
@@ -29,7 +27,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
-import typer
 from rich.console import Console
 from rich.table import Table
 
@@ -91,7 +88,7 @@ class Context:
     make_evaluator: Callable  # (op_dir, policy, trace, layout) -> an Evaluator with .confirm (agent.evaluate)
     console: Console
     yes: bool = False
-    interactive: bool = False
+    ask: Callable[[str], bool] | None = None  # asked before each commit (`autokernel run`); None: commit only if yes
     executor: object | None = None  # where gate jobs run with agent.workers > 1 (agent/workers.py); None: local slots
 
 
@@ -155,27 +152,11 @@ def sandbox_evaluator(op_dir: Path, policy, trace: str | None, layout: paths.Lay
     return SandboxEvaluator(op_dir, policy, trace=trace, layout=layout, executor=executor)
 
 
-def _console() -> Console:
-    """The commands' console. In a CI log or a pipe rich would wrap every line at 80 columns, cutting paths and branch
-    names mid-word: there lines are never wrapped (soft_wrap) and tables get at least 200 columns."""
-    console = Console()
-    return console if console.is_terminal else Console(width=max(console.width, 200), soft_wrap=True)
-
-
-def interrupted(progress: "Progress") -> int:
-    """Ctrl-C: one line on stderr naming the run to resume (sandbox jobs are already killed where they were waited
-    for: autokernel.sandbox); the exit code, 130."""
-    where = progress.state.run_dir if progress.state is not None else None
-    typer.echo("autokernel: interrupted" + (f"; resume with `autokernel run --resume {where}`" if where else ""),
-               err=True)
-    return 130
-
-
-def _confirm(console: Console, question: str) -> bool:
+def _confirm(console: Console, ask: Callable[[str], bool], question: str) -> bool:
     if not sys.stdin.isatty():
         console.print(f"{question} [dim](no terminal to ask: not committing; pass --yes to commit)[/]")
         return False
-    return typer.confirm(question, default=False)
+    return ask(question)
 
 
 def work_on(op: str, state: RunState, ctx: Context) -> OpOutcome:
@@ -342,7 +323,8 @@ def _deliver_best(op: str, best, provenance: dict, rationale: str, evaluator, in
                   soft_wrap=True)
     console.print("\n".join(report.perf_table(m, op)), markup=False, soft_wrap=True)
     branch = f"{pol.git.branch_prefix}{datetime.date.today().isoformat()}-{op}"
-    if not ctx.yes and not (ctx.interactive and _confirm(console, f"Commit kernels/{op}.py to branch {branch}?")):
+    question = f"Commit kernels/{op}.py to branch {branch}?"
+    if not ctx.yes and not (ctx.ask is not None and _confirm(console, ctx.ask, question)):
         out.status = "declined"
         return out
     return deliver(out, state, ctx.layout, branch)
@@ -417,7 +399,7 @@ def searchable(op: str, provider: str, layout: paths.Layout, console: Console, s
                      "(--agent) can rewrite it", console, skipped)
 
 
-def context(*, agent, model, base_url, repo, policy_file, console, yes=False, interactive=False, llm=None,
+def context(*, agent, model, base_url, repo, policy_file, console, yes=False, ask=None, llm=None,
             make_evaluator=None, nightly: bool = False, cluster: str | None = None) -> Context:
     """Everything checked before any slow step (exit 2, one line): the checkout (a git work tree with kernels/), the
     policy, the provider with its API key and --base-url (one probe of the server), the sandbox's isolation for
@@ -444,7 +426,7 @@ def context(*, agent, model, base_url, repo, policy_file, console, yes=False, in
     remote = cluster_mod.connect(cluster, pol)  # None: this machine's slots
     model = llm or make_model(settings, seed=0, bench=pol.bench)
     return Context(layout, pol, settings, model, make_evaluator or functools.partial(sandbox_evaluator,
-                   executor=remote), console, yes, interactive, remote and remote.pool)
+                   executor=remote), console, yes, ask, remote and remote.pool)
 
 
 @dataclass
@@ -525,98 +507,6 @@ def show(console: Console, state: RunState, outcomes: list[OpOutcome]) -> None:
     console.print(table)
 
 
-def run_cmd(
-    op: Optional[str] = typer.Option(None, help="Work on this op only (default: the top-ranked unprotected ops)."),
-    agent: Optional[str] = typer.Option(None, help="search | anthropic | openai (default: policies.yaml agent)."),
-    model: Optional[str] = typer.Option(None, help="LLM model name for anthropic/openai."),
-    base_url: Optional[str] = typer.Option(None, help="OpenAI-compatible server URL (vLLM, SGLang, Ollama, …)."),
-    repo: Optional[Path] = typer.Option(None, help="The checkout to work on and commit into (default: the git work "
-                                                   "tree here if it has kernels/, else the installed project)."),
-    trace: Optional[Path] = typer.Option(None, help="Reuse a trace (traces/<run>/) instead of profiling again."),
-    yes: bool = typer.Option(False, "--yes", help="Commit accepted kernels without asking."),
-    resume: Optional[Path] = typer.Option(None, help="Continue an interrupted run (its sandbox/run-* directory)."),
-    policy_file: Optional[Path] = typer.Option(None, "--policy", help="policies.yaml (default: the checkout's)."),
-    cluster: Optional[str] = typer.Option(None, help="Run gate and bench jobs as Ray tasks on this cluster (ray://"
-                                                     "host:10001; default: RAY_ADDRESS, else this machine's slots; "
-                                                     "needs pip install -e '.[ray]')."),
-):
-    """The main job: profile, rank, let an agent rewrite the top kernels, gate, benchmark, commit wins."""
-    console = _console()
-    from autokernel.target import run as target_run
-    if target_run.is_target(repo):  # a checkout with autokernel.toml (docs/targets.md, section 7)
-        raise typer.Exit(target_run.run_command(repo, op, agent, model, base_url, policy_file, yes, console))
-    progress = Progress()
-    try:
-        ctx = context(agent=agent, model=model, base_url=base_url, repo=repo, policy_file=policy_file,
-                      console=console, yes=yes, interactive=True, cluster=cluster)
-        state, outcomes = pipeline(ctx, op=op, resume=resume, trace=trace, progress=progress)
-    except KeyboardInterrupt:
-        raise typer.Exit(interrupted(progress)) from None
-    if model_errors(console, outcomes):
-        raise typer.Exit(2)
-    if unfinished(console, state, outcomes):
-        raise typer.Exit(OUT_OF_TIME)
-    if not any(o.status in ("committed", "accepted", "declined", "already_delivered") for o in outcomes):
-        console.print("no improvement: every kernel stays as it is")
-        raise typer.Exit(1)
-
-
-def nightly_cmd(
-    out: Path = typer.Option(Path("autokernel-nightly"), help="Where summary.json and pr.md are written."),
-    op: Optional[str] = typer.Option(None, help="Work on this op only."),
-    agent: Optional[str] = typer.Option(None, help="search | anthropic | openai."),
-    model: Optional[str] = typer.Option(None, help="LLM model name for anthropic/openai."),
-    base_url: Optional[str] = typer.Option(None, help="OpenAI-compatible server URL."),
-    repo: Optional[Path] = typer.Option(None, help="The checkout to work on and commit into."),
-    trace: Optional[Path] = typer.Option(None, help="Reuse a trace instead of profiling."),
-    push: bool = typer.Option(False, "--push", help="Push the branch to origin."),
-    open_pr: bool = typer.Option(False, "--open-pr", help="Open a pull request (GITHUB_TOKEN; repo from origin)."),
-    github_api: str = typer.Option("https://api.github.com", help="GitHub REST API base URL."),
-    policy_file: Optional[Path] = typer.Option(None, "--policy", help="policies.yaml (default: the checkout's)."),
-    cluster: Optional[str] = typer.Option(None, help="Run gate and bench jobs on this Ray cluster (default: "
-                                                     "RAY_ADDRESS, else this machine)."),
-):
-    """The CI bot: the same pipeline, non-interactive, under the policy's budgets. Exit 0 with or without a win; 2 if
-    any session ended on a model error (the win of another op is still committed and reported), or on bad input or
-    environment (a key the server refuses at the first completion, git or GitHub refusing); 3 out of time. --out
-    gets summary.json and pr.md for every one of these outcomes, a crash included (the CI's upload step finds
-    them), written before the exit."""
-    import os
-
-    from autokernel import git as delivery
-    console = _console()
-    from autokernel.target import run as target_run
-    if target_run.is_target(repo):  # a checkout with autokernel.toml (docs/targets.md, section 7)
-        raise typer.Exit(target_run.nightly_command(repo, op, agent, model, base_url, policy_file, out, push, open_pr,
-                                                    github_api, console))
-    progress, prs, failure = Progress(), [], None
-    try:
-        token = os.environ.get("GITHUB_TOKEN")
-        if open_pr and not token:
-            raise UserError("--open-pr needs GITHUB_TOKEN in the environment")
-        ctx = context(agent=agent, model=model, base_url=base_url, repo=repo, policy_file=policy_file,
-                      console=console, yes=True, nightly=True, cluster=cluster)
-        pipeline(ctx, op=op, resume=None, trace=trace, progress=progress)
-        for o in progress.outcomes:
-            if o.status != "committed":
-                continue
-            if open_pr:
-                prs.append(pull_request(ctx, o, token, github_api))
-            elif push:
-                delivery.push(ctx.layout.root, o.branch)
-    except BaseException as e:  # reported in the artifacts, then raised on (the CLI's exit code)
-        failure = e
-        raise
-    finally:
-        write_nightly(out, progress, prs, failure, console)
-        if isinstance(failure, KeyboardInterrupt):
-            raise typer.Exit(interrupted(progress)) from None
-    if model_errors(console, progress.outcomes):
-        raise typer.Exit(2)
-    if unfinished(console, progress.state, progress.outcomes):
-        raise typer.Exit(OUT_OF_TIME)
-
-
 def pull_request(ctx: Context, o: OpOutcome, token: str, api: str) -> str:
     """The PR of a committed win (autokernel.git.deliver.pull_request): the open PR of the same op brought up to
     date, else a new one; its URL."""
@@ -690,9 +580,6 @@ def _tried_text(t: dict) -> str:
             + (f"best speedup seen {best:.3f}x" if isinstance(best, (int, float)) else "best speedup seen: none"))
 
 
-OUT_OF_TIME = 3  # the exit code of a run that left work for --resume (module doc)
-
-
 def unfinished(console: Console, state: RunState, outcomes: list[OpOutcome]) -> bool:
     """One line per op the budget cut short: candidates the gate accepted and the bench never timed, or a session
     that ended before the model's first reply. True if any: exit 3, never "no improvement"."""
@@ -718,7 +605,3 @@ def model_errors(console: Console, outcomes: list[OpOutcome]) -> bool:
                       soft_wrap=True)
     return bool(failed)
 
-
-def register(app: typer.Typer) -> None:
-    app.command("run")(run_cmd)
-    app.command("nightly")(nightly_cmd)

@@ -76,15 +76,15 @@ def _die_with_jobs() -> None:
 def main() -> None:
     # The sub-commands register themselves (here in cli/, or still with their stage); imported only when a command
     # runs, so that `import autokernel.cli` stays light.
-    from autokernel import run
     from autokernel.cli import agent as agent_command
     from autokernel.cli import bench as bench_command
     from autokernel.cli import init as init_command
     from autokernel.cli import ledger
     from autokernel.cli import policy as policy_command
     from autokernel.cli import profile as profile_command
+    from autokernel.cli import run as run_command
     from autokernel.cli import verify as gate_command
-    for stage in (bench_command, agent_command, gate_command, profile_command, policy_command, run, ledger,
+    for stage in (bench_command, agent_command, gate_command, profile_command, policy_command, run_command, ledger,
                   init_command):
         stage.register(app)
     _die_with_jobs()

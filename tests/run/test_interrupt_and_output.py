@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 
 from autokernel import paths, run
 from autokernel.agent import command
+from autokernel.cli import run as run_cli
 from autokernel.policy import Policy
 
 ROOT = Path(__file__).parents[2]
@@ -36,7 +37,7 @@ def cli(monkeypatch, clone, llm, *args):
                            lambda op_dir, *a: StubEvaluator(op_dir), kw["console"], yes=True)
     monkeypatch.setattr(run, "context", context)
     app = typer.Typer()
-    run.register(app)
+    run_cli.register(app)
     return CliRunner().invoke(app, list(args), catch_exceptions=False)
 
 

@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 
 from autokernel import paths, run
 from autokernel.agent.providers import ModelUnavailable
+from autokernel.cli import run as run_cli
 from autokernel.policy import Policy
 
 ROOT = Path(__file__).parents[2]
@@ -47,7 +48,7 @@ def ctx_for(clone, llm, console=None):
 def cli(monkeypatch, ctx, *args):
     monkeypatch.setattr(run, "context", lambda **kw: ctx)
     app = typer.Typer()
-    run.register(app)
+    run_cli.register(app)
     return CliRunner().invoke(app, list(args), catch_exceptions=False)
 
 

@@ -17,6 +17,7 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from autokernel import run
+from autokernel.cli import run as run_cli
 from autokernel.errors import UserError
 
 ROOT = Path(__file__).parents[2]
@@ -36,7 +37,7 @@ def test_nightly_writes_artifacts_when_the_first_completion_is_refused(clone, tm
     monkeypatch.setattr(run, "context", lambda **kw: real(**{**kw, "console": Console(file=io.StringIO())},
                                                         make_evaluator=lambda op_dir, *a: StubEvaluator(op_dir)))
     app = typer.Typer()
-    run.register(app)
+    run_cli.register(app)
     out = tmp_path / "nightly-out"
     with FakeAPI([status(code, "key revoked", None)]) as api:
         with pytest.raises(UserError, match=re.escape(said)) as e:
@@ -53,7 +54,7 @@ def test_nightly_writes_artifacts_when_the_first_completion_is_refused(clone, tm
 
 def test_nightly_writes_artifacts_when_the_start_up_check_fails(tmp_path, monkeypatch):
     app = typer.Typer()
-    run.register(app)
+    run_cli.register(app)
     out = tmp_path / "nightly-out"
     with pytest.raises(UserError, match="not an autokernel checkout"):
         CliRunner().invoke(app, ["nightly", "--repo", str(tmp_path), "--out", str(out)], catch_exceptions=False)

@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 
 from autokernel import git as delivery
 from autokernel import paths, run
+from autokernel.cli import run as run_cli
 from autokernel.policy import Policy
 
 ROOT = Path(__file__).parents[2]
@@ -159,7 +160,7 @@ def test_open_pr_updates_the_open_pr_of_the_same_op(clone, tmp_path, monkeypatch
     ctx = ctx_for(clone, submits(source(clone)), [])
     monkeypatch.setattr(run, "context", lambda **kw: ctx)
     app = typer.Typer()
-    run.register(app)
+    run_cli.register(app)
     out = tmp_path / "n"
     r = CliRunner().invoke(app, ["nightly", "--op", "rmsnorm", "--open-pr", "--github-api", gh.url, "--out", str(out),
                                  "--trace", str(write_trace(tmp_path / "t"))], catch_exceptions=False)
@@ -180,7 +181,7 @@ def test_open_pr_updates_the_open_pr_of_the_same_op(clone, tmp_path, monkeypatch
 
 def test_a_second_nightly_says_where_the_win_already_is(clone, tmp_path, monkeypatch):
     app = typer.Typer()
-    run.register(app)
+    run_cli.register(app)
     trace = write_trace(tmp_path / "t")
     for night in (1, 2):
         monkeypatch.setattr(run, "context", lambda **kw: ctx_for(clone, submits(source(clone)), []))

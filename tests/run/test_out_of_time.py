@@ -20,6 +20,7 @@ import autokernel.bench.measure as bench_measure
 from autokernel import gate, paths, run
 from autokernel.agent.evaluate import SandboxEvaluator
 from autokernel.agent.ledger import Ledger
+from autokernel.cli import run as run_cli
 from autokernel.gate.verdict import StageResult, Verdict
 from autokernel.policy import Policy
 
@@ -78,7 +79,7 @@ def ctx_for(clone, llm, fakes, policy=None):
 def cli(monkeypatch, ctx, *args):
     monkeypatch.setattr(run, "context", lambda **kw: ctx)
     app = typer.Typer()
-    run.register(app)
+    run_cli.register(app)
     return CliRunner().invoke(app, list(args), catch_exceptions=False)
 
 
@@ -87,7 +88,7 @@ def test_a_gate_pass_out_of_time_is_kept_and_resume_benches_it(clone, tmp_path, 
     llm = ScriptedModel([turn("two rows per program", ("submit_candidate", {"source": src}))])
     ctx = ctx_for(clone, llm, fakes)
     r = cli(monkeypatch, ctx, "run", "--op", "rmsnorm", "--yes", "--trace", str(write_trace(tmp_path / "t")))
-    assert r.exit_code == run.OUT_OF_TIME == 3, r.output
+    assert r.exit_code == run_cli.OUT_OF_TIME == 3, r.output
     assert len(fakes["verify"]) == 1 and fakes["bench"] == []  # gated, not benchmarked: 400 s of a 300 s budget
     run_dir = next((Path(clone.working_tree_dir) / "sandbox").glob("run-*"))
     printed = ctx.console.file.getvalue() + r.output

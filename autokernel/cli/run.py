@@ -1,0 +1,138 @@
+"""`autokernel run` (interactive) and `autokernel nightly` (the CI bot): options, the console, and the exit code of a
+pipeline (autokernel/run.py; a target checkout's: autokernel/target/run.py).
+
+Exit codes of `run` and `nightly` (README): 0 done (a win, or for nightly also none), 1 no improvement (run), 2 bad
+input or a model that could not be used, 3 out of time: work was left undone that `--resume` picks up (candidates
+that passed the gate and were not benchmarked, or a session that ended before the model ever replied), 130
+interrupted (Ctrl-C).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+
+from autokernel import run
+from autokernel.errors import UserError
+
+OUT_OF_TIME = 3  # the exit code of a run that left work for --resume (module doc)
+
+
+def _console() -> Console:
+    """The commands' console. In a CI log or a pipe rich would wrap every line at 80 columns, cutting paths and branch
+    names mid-word: there lines are never wrapped (soft_wrap) and tables get at least 200 columns."""
+    console = Console()
+    return console if console.is_terminal else Console(width=max(console.width, 200), soft_wrap=True)
+
+
+def interrupted(progress: run.Progress) -> int:
+    """Ctrl-C: one line on stderr naming the run to resume (sandbox jobs are already killed where they were waited
+    for: autokernel.sandbox); the exit code, 130."""
+    where = progress.state.run_dir if progress.state is not None else None
+    typer.echo("autokernel: interrupted" + (f"; resume with `autokernel run --resume {where}`" if where else ""),
+               err=True)
+    return 130
+
+
+def _ask(question: str) -> bool:
+    """The yes/no question `autokernel run` asks at a terminal before each commit (run.Context.ask)."""
+    return typer.confirm(question, default=False)
+
+
+def run_cmd(
+    op: Optional[str] = typer.Option(None, help="Work on this op only (default: the top-ranked unprotected ops)."),
+    agent: Optional[str] = typer.Option(None, help="search | anthropic | openai (default: policies.yaml agent)."),
+    model: Optional[str] = typer.Option(None, help="LLM model name for anthropic/openai."),
+    base_url: Optional[str] = typer.Option(None, help="OpenAI-compatible server URL (vLLM, SGLang, Ollama, …)."),
+    repo: Optional[Path] = typer.Option(None, help="The checkout to work on and commit into (default: the git work "
+                                                   "tree here if it has kernels/, else the installed project)."),
+    trace: Optional[Path] = typer.Option(None, help="Reuse a trace (traces/<run>/) instead of profiling again."),
+    yes: bool = typer.Option(False, "--yes", help="Commit accepted kernels without asking."),
+    resume: Optional[Path] = typer.Option(None, help="Continue an interrupted run (its sandbox/run-* directory)."),
+    policy_file: Optional[Path] = typer.Option(None, "--policy", help="policies.yaml (default: the checkout's)."),
+    cluster: Optional[str] = typer.Option(None, help="Run gate and bench jobs as Ray tasks on this cluster (ray://"
+                                                     "host:10001; default: RAY_ADDRESS, else this machine's slots; "
+                                                     "needs pip install -e '.[ray]')."),
+):
+    """The main job: profile, rank, let an agent rewrite the top kernels, gate, benchmark, commit wins."""
+    console = _console()
+    from autokernel.target import run as target_run
+    if target_run.is_target(repo):  # a checkout with autokernel.toml (docs/targets.md, section 7)
+        raise typer.Exit(target_run.run_command(repo, op, agent, model, base_url, policy_file, yes, console))
+    progress = run.Progress()
+    try:
+        ctx = run.context(agent=agent, model=model, base_url=base_url, repo=repo, policy_file=policy_file,
+                          console=console, yes=yes, ask=_ask, cluster=cluster)
+        state, outcomes = run.pipeline(ctx, op=op, resume=resume, trace=trace, progress=progress)
+    except KeyboardInterrupt:
+        raise typer.Exit(interrupted(progress)) from None
+    if run.model_errors(console, outcomes):
+        raise typer.Exit(2)
+    if run.unfinished(console, state, outcomes):
+        raise typer.Exit(OUT_OF_TIME)
+    if not any(o.status in ("committed", "accepted", "declined", "already_delivered") for o in outcomes):
+        console.print("no improvement: every kernel stays as it is")
+        raise typer.Exit(1)
+
+
+def nightly_cmd(
+    out: Path = typer.Option(Path("autokernel-nightly"), help="Where summary.json and pr.md are written."),
+    op: Optional[str] = typer.Option(None, help="Work on this op only."),
+    agent: Optional[str] = typer.Option(None, help="search | anthropic | openai."),
+    model: Optional[str] = typer.Option(None, help="LLM model name for anthropic/openai."),
+    base_url: Optional[str] = typer.Option(None, help="OpenAI-compatible server URL."),
+    repo: Optional[Path] = typer.Option(None, help="The checkout to work on and commit into."),
+    trace: Optional[Path] = typer.Option(None, help="Reuse a trace instead of profiling."),
+    push: bool = typer.Option(False, "--push", help="Push the branch to origin."),
+    open_pr: bool = typer.Option(False, "--open-pr", help="Open a pull request (GITHUB_TOKEN; repo from origin)."),
+    github_api: str = typer.Option("https://api.github.com", help="GitHub REST API base URL."),
+    policy_file: Optional[Path] = typer.Option(None, "--policy", help="policies.yaml (default: the checkout's)."),
+    cluster: Optional[str] = typer.Option(None, help="Run gate and bench jobs on this Ray cluster (default: "
+                                                     "RAY_ADDRESS, else this machine)."),
+):
+    """The CI bot: the same pipeline, non-interactive, under the policy's budgets. Exit 0 with or without a win; 2 if
+    any session ended on a model error (the win of another op is still committed and reported), or on bad input or
+    environment (a key the server refuses at the first completion, git or GitHub refusing); 3 out of time. --out
+    gets summary.json and pr.md for every one of these outcomes, a crash included (the CI's upload step finds
+    them), written before the exit."""
+    import os
+
+    from autokernel import git as delivery
+    console = _console()
+    from autokernel.target import run as target_run
+    if target_run.is_target(repo):  # a checkout with autokernel.toml (docs/targets.md, section 7)
+        raise typer.Exit(target_run.nightly_command(repo, op, agent, model, base_url, policy_file, out, push, open_pr,
+                                                    github_api, console))
+    progress, prs, failure = run.Progress(), [], None
+    try:
+        token = os.environ.get("GITHUB_TOKEN")
+        if open_pr and not token:
+            raise UserError("--open-pr needs GITHUB_TOKEN in the environment")
+        ctx = run.context(agent=agent, model=model, base_url=base_url, repo=repo, policy_file=policy_file,
+                          console=console, yes=True, nightly=True, cluster=cluster)
+        run.pipeline(ctx, op=op, resume=None, trace=trace, progress=progress)
+        for o in progress.outcomes:
+            if o.status != "committed":
+                continue
+            if open_pr:
+                prs.append(run.pull_request(ctx, o, token, github_api))
+            elif push:
+                delivery.push(ctx.layout.root, o.branch)
+    except BaseException as e:  # reported in the artifacts, then raised on (the CLI's exit code)
+        failure = e
+        raise
+    finally:
+        run.write_nightly(out, progress, prs, failure, console)
+        if isinstance(failure, KeyboardInterrupt):
+            raise typer.Exit(interrupted(progress)) from None
+    if run.model_errors(console, progress.outcomes):
+        raise typer.Exit(2)
+    if run.unfinished(console, progress.state, progress.outcomes):
+        raise typer.Exit(OUT_OF_TIME)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("run")(run_cmd)
+    app.command("nightly")(nightly_cmd)
