@@ -5,11 +5,9 @@ module level, inside a function (a lazy import is still a dependency), and under
 from a module is a dependency on it). `from autokernel.gate import static` is an edge to the module
 autokernel.gate.static; `from autokernel.gate import Verdict` an edge to the package's __init__.
 
-A unit is a package directory (`gate/`) or a top-level module (`paths.py`). A command module (`command.py`,
-`*_command.py`, `cli.py`, or one that imports typer: `run.py`, `agent/ledger.py`...) is the command line living
-inside a package until the commands move to one `autokernel/cli/` package (issue 27, item 1): its imports are listed
-apart in the table ("commands also") and are left out of the back-import check. The root
-`autokernel/__init__.py` holds only `__version__` and imports nothing.
+A unit is a package directory (`gate/`) or a top-level module (`paths.py`). The command line is one unit,
+`autokernel/cli/`, the top row: every command lives there and typer is imported nowhere else, so the stage packages
+are libraries. The root `autokernel/__init__.py` holds only `__version__` and imports nothing.
 """
 from __future__ import annotations
 
@@ -61,12 +59,10 @@ def imports(path: Path) -> set[str]:
     return out
 
 
-def is_command(path: Path) -> bool:
-    """A module of the command line: named for it (`command.py`, `*_command.py`, `cli.py`) or importing typer."""
-    if path.stem in ("command", "cli") or path.stem.endswith("_command"):
-        return True
-    return any(isinstance(n, ast.Import) and any(a.name == "typer" for a in n.names)
-               or isinstance(n, ast.ImportFrom) and n.module == "typer" for n in ast.walk(_tree(path)))
+def imports_typer(path: Path) -> bool:
+    return any(isinstance(n, ast.Import) and any(a.name.split(".")[0] == "typer" for a in n.names)
+               or isinstance(n, ast.ImportFrom) and (n.module or "").split(".")[0] == "typer"
+               for n in ast.walk(_tree(path)))
 
 
 def unit(module: str) -> str:
@@ -115,34 +111,25 @@ def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
-def unit_edges(edges: dict[str, set[str]]) -> tuple[dict[str, set[str]], dict[str, set[str]]]:
-    """(library edges, command-only edges) between units, each unit -> the units it imports."""
-    lib: dict[str, set[str]] = {}
-    cmd: dict[str, set[str]] = {}
-    for m, out in edges.items():
+def unit_edges(edges: dict[str, set[str]]) -> dict[str, set[str]]:
+    """The edges between units, each unit -> the units it imports."""
+    out: dict[str, set[str]] = {}
+    for m, imported in edges.items():
         src = unit(m)
-        bucket = cmd if is_command(MODULES[m]) else lib
-        for o in out:
+        for o in imported:
             if unit(o) not in (src, "__init__.py"):
-                bucket.setdefault(src, set()).add(unit(o))
-    for src, out in cmd.items():
-        out -= lib.get(src, set())
-    return lib, {k: v for k, v in cmd.items() if v}
+                out.setdefault(src, set()).add(unit(o))
+    return out
 
 
-def table() -> tuple[dict[str, set[str]], dict[str, set[str]]]:
-    """docs/design.md's layout table: unit -> (what it may import, what its commands also may import)."""
-    lib: dict[str, set[str]] = {}
-    cmd: dict[str, set[str]] = {}
+def table() -> dict[str, set[str]]:
+    """docs/design.md's layout table: unit -> what it may import."""
+    may: dict[str, set[str]] = {}
     for row in DESIGN.read_text().splitlines():
         m = re.match(r"\| `autokernel/([^`]+)` \|[^|]*\|([^|]*)\|$", row)
-        if not m:
-            continue
-        name = m.group(1)
-        own, _, also = m.group(2).partition("commands also:")
-        lib[name] = set(re.findall(r"`([^`]+)`", own))
-        cmd[name] = set(re.findall(r"`([^`]+)`", also))
-    return lib, cmd
+        if m:
+            may[m.group(1)] = set(re.findall(r"`([^`]+)`", m.group(2)))
+    return may
 
 
 def _units() -> set[str]:
@@ -154,37 +141,35 @@ def test_no_module_imports_itself_back():
 
 
 def test_no_back_imports_between_units():
-    lib, _ = unit_edges(graph())
-    assert cycles(lib) == []
+    assert cycles(unit_edges(graph())) == []
 
 
 def test_every_unit_has_a_row_in_the_design_table():
-    lib, _ = table()
-    assert sorted(_units() - set(lib)) == []
-    assert sorted(set(lib) - _units()) == []  # a row for something that is gone
+    may = table()
+    assert sorted(_units() - set(may)) == []
+    assert sorted(set(may) - _units()) == []  # a row for something that is gone
 
 
 def test_each_unit_imports_only_what_the_table_allows():
-    lib, cmd = unit_edges(graph())
-    may, also = table()
-    extra = {u: sorted(out - may.get(u, set())) for u, out in lib.items() if out - may.get(u, set())}
+    edges, may = unit_edges(graph()), table()
+    extra = {u: sorted(out - may.get(u, set())) for u, out in edges.items() if out - may.get(u, set())}
     assert extra == {}, "imports docs/design.md's table does not allow"
-    extra = {u: sorted(out - may.get(u, set()) - also.get(u, set()))
-             for u, out in cmd.items() if out - may.get(u, set()) - also.get(u, set())}
-    assert extra == {}, "command-module imports docs/design.md's table does not allow"
 
 
 def test_the_table_allows_nothing_that_is_not_imported():
-    lib, cmd = unit_edges(graph())
-    may, also = table()
-    stale = {u: sorted(out - lib.get(u, set())) for u, out in may.items() if out - lib.get(u, set())}
-    stale |= {f"{u} (commands)": sorted(out - cmd.get(u, set())) for u, out in also.items() if out - cmd.get(u, set())}
+    edges, may = unit_edges(graph()), table()
+    stale = {u: sorted(out - edges.get(u, set())) for u, out in may.items() if out - edges.get(u, set())}
     assert stale == {}, "docs/design.md's table allows imports that no longer exist: tighten it"
+
+
+def test_only_the_command_line_imports_typer():
+    """The stage packages are libraries: options, terminal output and exit codes live in autokernel/cli/."""
+    assert sorted(m for m, p in MODULES.items() if imports_typer(p) and unit(m) != "cli/") == []
 
 
 def test_the_table_rows_run_bottom_to_top():
     """design.md: the rows are in layer order, a room imports only rooms listed above it."""
-    may, _ = table()
+    may = table()
     order = list(may)
     below = {u: sorted(o for o in out if order.index(o) > order.index(u)) for u, out in may.items()}
     assert {u: b for u, b in below.items() if b} == {}

@@ -1,4 +1,5 @@
-"""The `autokernel` command. Each sub-command lives with its stage; this file only parses and dispatches."""
+"""The `autokernel` command: `main` (parse, dispatch, one-line errors) and `generate` here; every other sub-command in
+a module of this package that registers it. The work lives in the stage packages, which import no typer."""
 from __future__ import annotations
 
 import sys
@@ -74,8 +75,8 @@ def _die_with_jobs() -> None:
 
 
 def main() -> None:
-    # The sub-commands register themselves (here in cli/, or still with their stage); imported only when a command
-    # runs, so that `import autokernel.cli` stays light.
+    # The other sub-commands' modules register them; imported only when a command runs, so that `import
+    # autokernel.cli` stays light.
     from autokernel.cli import agent as agent_command
     from autokernel.cli import bench as bench_command
     from autokernel.cli import init as init_command
