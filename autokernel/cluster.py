@@ -1,6 +1,7 @@
 """Where gate and bench jobs run: local sandbox slots on this machine, or Ray tasks on a cluster.
 
-    executor(address, policy) -> Local | RayCluster   --cluster ADDRESS, else RAY_ADDRESS, else policy cluster.address
+    executor(address, policy) -> Executor            --cluster ADDRESS, else RAY_ADDRESS, else policy cluster.address
+                                                      (Local or RayCluster: both implement the Executor protocol)
     connect(address, policy) -> RayCluster | None      the same, None for local (autokernel run keeps its own path)
     ex.verify(op, candidate, **kw) -> Verdict                 drop-in for autokernel.gate.verify
     ex.measure(op, candidates, cases, policy, job_root, incumbent) -> Measurement   drop-in for bench.measure.measure
@@ -44,10 +45,14 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from autokernel.errors import UserError
 from autokernel.policy import Policy
+
+if TYPE_CHECKING:
+    from autokernel.bench.measure import Measurement
+    from autokernel.gate.verdict import Verdict
 
 REASONS = ("cluster.worker_lost", "cluster.timeout", "cluster.error")
 INSTALL = "pip install -e '.[ray]'"
@@ -81,6 +86,24 @@ class JobResult:
     meta: dict = field(default_factory=dict)  # where and when it ran: node, pid, started, ended (node clock)
 
 
+class Executor(Protocol):
+    """Where gate and bench jobs run (Local: this machine's sandbox slots; RayCluster: Ray tasks). Its callers
+    (autokernel verify, agent.evaluate.SandboxEvaluator) call these in place of gate.verify and bench.measure."""
+
+    def verify(self, op: str, candidate: str | Path, **kw: Any) -> Verdict:
+        """gate.verify(op, candidate, **kw), run here or on a node: the same Verdict, its evidence landed locally."""
+        ...
+
+    def measure(self, op: str, candidates: list[Path], cases: list[dict], policy: Policy, job_root: Path,
+                incumbent: Path | None = None) -> Measurement:
+        """bench.measure.measure with the same arguments: one benchmark at a time on a device."""
+        ...
+
+    def gate_jobs(self, jobs: list[GateJob]) -> list[JobResult]:
+        """Many gate jobs at once, each result in order; a lost job is a JobResult, never an exception."""
+        ...
+
+
 def secret_names(env=os.environ) -> list[str]:
     """Environment variables that look like credentials (Ray's own RAY_* settings excepted)."""
     return sorted(k for k in env if SECRET.search(k) and not k.startswith("RAY_"))
@@ -110,7 +133,7 @@ def connect(address: str | None, policy: Policy) -> "RayCluster | None":
     return RayCluster(address, policy) if address else None
 
 
-def executor(address: str | None, policy: Policy) -> "Local | RayCluster":
+def executor(address: str | None, policy: Policy) -> Executor:
     """Ray when an address is given (see connect), else local slots."""
     return connect(address, policy) or Local(policy)
 
@@ -124,11 +147,12 @@ class Local:
         self.policy, self.slots = policy, default_slots(policy.sandbox)
         self._bench = threading.Lock()
 
-    def verify(self, op: str, candidate, **kw):
+    def verify(self, op: str, candidate: str | Path, **kw: Any) -> Verdict:
         from autokernel.gate import verify
         return verify(op, candidate, **kw)
 
-    def measure(self, op: str, candidates, cases, policy, job_root, incumbent=None):
+    def measure(self, op: str, candidates: list[Path], cases: list[dict], policy: Policy, job_root: Path,
+                incumbent: Path | None = None) -> Measurement:
         from autokernel.bench.measure import measure
         with self._bench:
             return measure(op, candidates, cases, policy, job_root, incumbent=incumbent)
@@ -198,14 +222,15 @@ class RayCluster:
                 res.value = _land_verdict(job, res.value, res.meta.pop("evidence"))
         return out
 
-    def verify(self, op: str, candidate, **kw):
+    def verify(self, op: str, candidate: str | Path, **kw: Any) -> Verdict:
         res = self.gate_jobs([GateJob(op, Path(candidate), kw)])[0]
         if not res.ok:
             raise res.meta.get("exception") or ClusterError(res.reason or "cluster.error", f"gate job for {op} "
                                                             f"({Path(candidate).name}): {res.detail}")
         return res.value
 
-    def measure(self, op: str, candidates, cases, policy, job_root, incumbent=None):
+    def measure(self, op: str, candidates: list[Path], cases: list[dict], policy: Policy, job_root: Path,
+                incumbent: Path | None = None) -> Measurement:
         from autokernel.paths import INSTALLED_LAYOUT
         ray = _ray()
         incumbent = Path(incumbent) if incumbent is not None else INSTALLED_LAYOUT.kernels / f"{op}.py"

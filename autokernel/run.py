@@ -23,9 +23,10 @@ import json
 import secrets
 import sys
 import threading
+from concurrent import futures
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 from rich.console import Console
 from rich.table import Table
@@ -34,6 +35,9 @@ from autokernel import device, paths
 from autokernel import policy as policy_mod
 from autokernel.errors import UserError
 from autokernel.untrusted import fenced, inert, line, markup, plain
+
+if TYPE_CHECKING:
+    from autokernel.agent.evaluate import Evaluator, Feedback
 
 
 @dataclass
@@ -85,18 +89,19 @@ class Context:
     policy: policy_mod.Policy
     settings: policy_mod.Agent
     llm: object  # providers.Model
-    make_evaluator: Callable  # (op_dir, policy, trace, layout) -> an Evaluator with .confirm (agent.evaluate)
+    make_evaluator: Callable[..., Evaluator]  # (op_dir, policy, trace, layout) -> an Evaluator (agent.evaluate)
     console: Console
     yes: bool = False
     ask: Callable[[str], bool] | None = None  # asked before each commit (`autokernel run`); None: commit only if yes
-    executor: object | None = None  # where gate jobs run with agent.workers > 1 (agent/workers.py); None: local slots
+    # where gate jobs run with agent.workers > 1 (agent/workers.py: RayCluster.pool on a cluster); None: local slots
+    executor: futures.Executor | None = None
 
 
 class Shown:
     """The evaluator, with each verdict printed as it comes (escaped: the detail is the candidate's doing). Parallel
     workers (agent.workers) call it from several threads: one spinner at a time (rich allows one live display)."""
 
-    def __init__(self, inner, console: Console):
+    def __init__(self, inner: Evaluator, console: Console):
         self.inner, self.console, self.n, self.live = inner, console, itertools.count(1), threading.Lock()
 
     @contextlib.contextmanager
@@ -109,42 +114,30 @@ class Shown:
             if mine:
                 self.live.release()
 
-    def evaluate(self, op: str, source: str, time_left_s: float | None = None):
-        from autokernel.agent.loop import with_time_left
+    def evaluate(self, op: str, source: str, time_left_s: float | None = None) -> Feedback:
         with self.status(f"[cyan]{op}[/]: candidate {next(self.n)}: sandbox → gate → bench …"):
-            return self.shown(with_time_left(self.inner.evaluate)(op, source, time_left_s=time_left_s))
+            return self.shown(self.inner.evaluate(op, source, time_left_s=time_left_s))
 
-    def shown(self, fb):
+    def gate(self, op: str, source: str, time_left_s: float | None = None) -> Feedback:
+        with self.status(f"[cyan]{op}[/]: candidate {next(self.n)}: sandbox → gate …"):
+            fb = self.inner.gate(op, source, time_left_s=time_left_s)
+        return fb if fb.verdict == "accepted" else self.shown(fb)
+
+    def bench(self, op: str, source: str, feedback: Feedback, time_left_s: float | None = None) -> Feedback:
+        with self.status(f"[cyan]{op}[/]: candidate {feedback.sha256[:8]} passed the gate: bench …"):
+            return self.shown(self.inner.bench(op, source, feedback, time_left_s=time_left_s))
+
+    def check(self, op: str, source: str, time_left_s: float | None = None) -> dict | None:
+        return self.inner.check(op, source, time_left_s=time_left_s)
+
+    def shown(self, fb: Feedback) -> Feedback:
         colour = "green" if fb.accepted else "red" if fb.verdict != "accepted" else "yellow"
         self.console.print(f"  [cyan]{fb.op}[/] candidate {fb.sha256[:8]}: [{colour}]{markup(fb.summary, 400)}[/]")
         return fb
 
-    def __getattr__(self, name: str):  # the inner evaluator's other abilities (check_candidate's .check) pass through
-        return getattr(self.inner, name)
-
-    def confirm(self, op: str, source: str):
+    def confirm(self, op: str, source: str):  # -> bench.measure.Measurement
         with self.console.status(f"[cyan]{op}[/]: confirming the win with a fresh benchmark …"):
             return self.inner.confirm(op, source)
-
-
-class ShownStaged(Shown):
-    """Shown, for an evaluator whose gate and bench are callable apart (agent/evaluate.py): what workers need."""
-
-    def gate(self, op: str, source: str, time_left_s: float | None = None):
-        from autokernel.agent.loop import with_time_left
-        with self.status(f"[cyan]{op}[/]: candidate {next(self.n)}: sandbox → gate …"):
-            fb = with_time_left(self.inner.gate)(op, source, time_left_s=time_left_s)
-        return fb if fb.verdict == "accepted" else self.shown(fb)
-
-    def bench(self, op: str, source: str, feedback, time_left_s: float | None = None):
-        from autokernel.agent.loop import with_time_left
-        with self.status(f"[cyan]{op}[/]: candidate {feedback.sha256[:8]} passed the gate: bench …"):
-            return self.shown(with_time_left(self.inner.bench)(op, source, feedback, time_left_s=time_left_s))
-
-
-def shown(inner, console: Console) -> Shown:
-    staged = callable(getattr(inner, "gate", None)) and callable(getattr(inner, "bench", None))
-    return (ShownStaged if staged else Shown)(inner, console)
 
 
 def sandbox_evaluator(op_dir: Path, policy, trace: str | None, layout: paths.Layout, executor=None):
@@ -171,12 +164,12 @@ def work_on(op: str, state: RunState, ctx: Context) -> OpOutcome:
 
     incumbent = command.check_op(op, ctx.policy, ctx.layout)
     op_dir = state.run_dir / op
-    evaluator = shown(ctx.make_evaluator(op_dir, ctx.policy, state.trace, ctx.layout), ctx.console)
+    evaluator = Shown(ctx.make_evaluator(op_dir, ctx.policy, state.trace, ctx.layout), ctx.console)
     result, session = command.start(op, ctx.settings, ctx.llm, evaluator, op_dir, trace=state.trace,
                                     kernel_file=incumbent, echo=lambda s: ctx.console.print(markup(s)),
                                     ledger=Ledger.of(ctx.layout, ctx.policy.git.branch_prefix, ctx.policy),
                                     bench=ctx.policy.bench,
-                                    executor=ctx.executor)
+                                    executor=ctx.executor, sandbox=ctx.policy.sandbox)
     u = result.usage
     provenance = {"agent": ctx.settings.provider, "model": session.model.name, "candidates": result.submitted,
                   "tokens": u["input_tokens"] + u["output_tokens"], "usd": f"{u['usd']:.4f}"}
@@ -250,11 +243,11 @@ def finish_unbenched(op: str, done: dict, state: RunState, ctx: Context) -> OpOu
     from autokernel.agent import command
     from autokernel.agent.evaluate import Feedback, sha256
     from autokernel.agent.ledger import Ledger
-    from autokernel.agent.loop import Candidate, with_time_left
+    from autokernel.agent.loop import Candidate
 
     incumbent = command.check_op(op, ctx.policy, ctx.layout)
     op_dir = state.run_dir / op
-    evaluator = shown(ctx.make_evaluator(op_dir, ctx.policy, state.trace, ctx.layout), ctx.console)
+    evaluator = Shown(ctx.make_evaluator(op_dir, ctx.policy, state.trace, ctx.layout), ctx.console)
     ledger, fields = Ledger.of(ctx.layout, ctx.policy.git.branch_prefix, ctx.policy), Feedback.__dataclass_fields__
     timed = []
     for u in done.get("unbenched") or []:
@@ -270,10 +263,7 @@ def finish_unbenched(op: str, done: dict, state: RunState, ctx: Context) -> OpOu
         Path(fb.path).parent.mkdir(parents=True, exist_ok=True)
         Path(fb.path).write_text(source)
         ctx.console.print(f"  [cyan]{op}[/] candidate {fb.sha256[:8]} passed the gate in this run: benchmarking it")
-        if callable(getattr(evaluator, "bench", None)):
-            fb = with_time_left(evaluator.bench)(op, source, fb, time_left_s=None)
-        else:  # an evaluator whose gate and bench are one call (a test double): it is judged whole
-            fb = with_time_left(evaluator.evaluate)(op, source, time_left_s=None)
+        fb = evaluator.bench(op, source, fb)
         ledger.record(fb, run=state.run_dir.name, source=source)
         timed.append((Candidate(source, fb), u))
     wins = [(c, u) for c, u in timed if c.feedback.accepted]

@@ -8,13 +8,14 @@ and no end-to-end stage, no benchmark. It runs the same gate.verify as a submiss
 than nothing and never weaker than the gate on the cases it runs; passing it promises nothing about the full gate.
 
     quick_check(op, source, ...) -> dict   the sandboxed part (SandboxEvaluator.check calls it)
-    CheckTool(evaluator, policy, replies, time_left) -> the loop's handler: budgets, the reply text
+    CheckTool(evaluator.check, policy, replies, time_left) -> the loop's handler: budgets, the reply text
 """
 from __future__ import annotations
 
 import json
 import time
 from pathlib import Path
+from typing import Callable
 
 from autokernel import ops as opspecs
 from autokernel.policy import Agent as AgentPolicy
@@ -60,12 +61,14 @@ def quick_check(op: str, source: str, job_dir: Path, policy: Policy, kernels_dir
 
 
 class CheckTool:
-    """The loop's side of check_candidate: the budgets, the sandboxed check (the evaluator's .check, when it has
-    one), and the reply. A check that runs out of its own time budget is reported to the model; one that runs out of
-    the session's time raises TimeoutError, which ends the session as spent budget (autokernel/agent/loop.py)."""
+    """The loop's side of check_candidate: the budgets, the sandboxed check (`run_check`: the Evaluator's .check;
+    one that answers None has none), and the reply. A check that runs out of its own time budget is reported to the
+    model; one that runs out of the session's time raises TimeoutError, which ends the session as spent budget
+    (autokernel/agent/loop.py)."""
 
-    def __init__(self, evaluator, policy: AgentPolicy, replies: dict, time_left, clock=time.monotonic):
-        self.run_check = getattr(evaluator, "check", None)
+    def __init__(self, run_check: Callable[[str, str, float | None], dict | None], policy: AgentPolicy,
+                 replies: dict, time_left: Callable[[], float], clock: Callable[[], float] = time.monotonic):
+        self.run_check, self.none = run_check, False  # none: the evaluator said it has no quick check
         self.policy, self.replies, self.time_left, self.clock = policy, replies, time_left, clock
         self.used, self.spent_s = 0, 0.0
         self.seen: dict[str, dict] = {}  # source -> its report: the same draft again is answered, not counted
@@ -75,23 +78,25 @@ class CheckTool:
         if not isinstance(source, str) or not source.strip():
             return self.replies["no_source"].replace("submit_candidate", "check_candidate")
         left_s = self.policy.max_check_s - self.spent_s
-        if self.run_check is None or self.policy.max_checks == 0:
+        if self.none or self.policy.max_checks == 0:
             return self.replies["no_checks"]
         if source in self.seen:
             return self.reply({**self.seen[source], "duplicate": True})
         if self.used >= self.policy.max_checks or left_s <= 0:
             return self.replies["out_of_checks"].format(max_checks=self.policy.max_checks,
                                                         max_check_s=self.policy.max_check_s)
-        self.used += 1
         t0 = self.clock()
         try:
-            report = self.run_check(op, source, time_left_s=min(left_s, self.time_left()))
+            report = self.run_check(op, source, min(left_s, self.time_left()))
         except TimeoutError as e:
             if self.time_left() <= 0:
                 raise
             report = {"passed": None, "findings": [], "checked": f"not finished: {e}"}
-        finally:
-            self.spent_s += self.clock() - t0
+        if report is None:  # no quick check here: not counted, and not asked again
+            self.none = True
+            return self.replies["no_checks"]
+        self.used += 1
+        self.spent_s += self.clock() - t0
         if report.get("passed") is not None:
             self.seen[source] = report
         return self.reply(report)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import secrets
 import time
+from concurrent import futures
 from pathlib import Path
 
 from autokernel import ops as opspecs
@@ -87,10 +88,11 @@ def worker_models(llm: Model | list[Model], settings: policy_mod.Agent,
 def start(op: str, settings: policy_mod.Agent, llm: Model | list[Model], evaluator: Evaluator, run_dir: Path, *,
           trace: str | Path | None = None, kernel_file: Path | None = None, echo=print,
           ledger: Ledger | None = None, bench: policy_mod.Bench | None = None,
-          executor=None) -> tuple[Result, Session]:
+          executor: futures.Executor | None = None,
+          sandbox: policy_mod.Sandbox | None = None) -> tuple[Result, Session]:
     """Run one session, or agent.workers sessions at once (agent/workers.py: `executor` takes the gate jobs, default
-    this machine's sandbox slots); the Session that found the best candidate comes back too (its messages hold the
-    model's own account of its work)."""
+    this machine's sandbox slots under `sandbox`, the run's sandbox policy); the Session that found the best
+    candidate comes back too (its messages hold the model's own account of its work)."""
     trace_data = None
     if trace is not None:
         from autokernel.profile.trace import load_trace
@@ -103,7 +105,8 @@ def start(op: str, settings: policy_mod.Agent, llm: Model | list[Model], evaluat
         echo(f"agent: {len(models)} workers ({names}) on {op}; budget per worker {settings.max_iterations} "
              f"candidates, {settings.max_tokens} tokens, ${settings.max_usd:g}; {settings.max_wall_s:g} s; "
              f"transcripts {run_dir}/worker-*/")
-        return workers.run(op, models, evaluator, prompt, settings, run_dir, ledger=ledger, executor=executor)
+        return workers.run(op, models, evaluator, prompt, settings, run_dir, ledger=ledger, executor=executor,
+                           sandbox=sandbox)
     echo(f"agent: {plain(models[0].name, 200)} on {op}; budget {settings.max_iterations} candidates, "
          f"{settings.max_tokens} tokens, ${settings.max_usd:g}, {settings.max_wall_s:g} s; "
          f"transcript {run_dir / 'transcript.json'}")
@@ -150,7 +153,7 @@ def run_session(op: str, agent: str | None = None, model: str | None = None, bas
         evaluator = SandboxEvaluator(run_dir, policy, trace=trace, layout=layout)
         ledger = ledger or Ledger.of(layout, policy=policy)
     result, _ = start(op, settings, the_model, evaluator, run_dir, trace=trace, kernel_file=kernel_file, echo=echo,
-                      ledger=ledger, bench=policy.bench)
+                      ledger=ledger, bench=policy.bench, sandbox=policy.sandbox)
     echo(summary(result))
     return result
 

@@ -23,13 +23,17 @@ import json
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from autokernel import device, paths
 from autokernel import ops as opspecs
 from autokernel.errors import UserError
 from autokernel.paths import Layout
 from autokernel.policy import Policy
+
+if TYPE_CHECKING:
+    from autokernel.bench.measure import Measurement
+    from autokernel.cluster import Executor
 
 
 @dataclass
@@ -90,19 +94,34 @@ class Unbenched(TimeoutError):
 
 
 class Evaluator(Protocol):
+    """How a candidate is judged, whole: the session calls evaluate (and check, and bench for a gate acceptance the
+    ledger holds: loop.Session.judge), parallel workers gate and bench apart (workers.py), and `autokernel run`
+    confirms the winner before committing. SandboxEvaluator, target.run.TargetEvaluator, the wrappers round them
+    (workers._Seat, run.Shown) and the tests' doubles implement every method; callers call them directly.
+
+    `time_left_s` is the session's deadline in seconds (None: none): a call that cannot finish in it raises
+    TimeoutError (evaluate.Unbenched after a gate acceptance)."""
+
     def evaluate(self, op: str, source: str, time_left_s: float | None = None) -> Feedback:
-        """Judge one complete candidate file for kernels/<op>.py; raise TimeoutError if it cannot be judged in
-        `time_left_s` seconds (None: no deadline)."""
+        """Judge one complete candidate file for kernels/<op>.py: gate, then (accepted) bench."""
         ...
 
+    def gate(self, op: str, source: str, time_left_s: float | None = None) -> Feedback:
+        """The gate's verdict alone, not yet timed; gates of different sources may run at once."""
+        ...
 
-class Confirmer(Protocol):
-    """An Evaluator that can also re-measure an accepted source: what `autokernel run` needs before committing."""
+    def bench(self, op: str, source: str, feedback: Feedback, time_left_s: float | None = None) -> Feedback:
+        """The benchmark of a source the gate accepted (`feedback`, its verdict), filling in its figures; one at
+        a time on a device."""
+        ...
 
-    def evaluate(self, op: str, source: str, time_left_s: float | None = None) -> Feedback: ...
+    def check(self, op: str, source: str, time_left_s: float | None = None) -> dict | None:
+        """check_candidate's sandboxed look at a draft (agent/check.py): {passed, findings, checked}; None where
+        this evaluator has no quick check (the model is told there is none)."""
+        ...
 
-    def confirm(self, op: str, source: str) -> Any:
-        """A fresh autokernel.bench.measure.Measurement of `source` against the incumbent."""
+    def confirm(self, op: str, source: str) -> Measurement:
+        """A fresh benchmark of an accepted source against the incumbent: what `autokernel run` commits on."""
         ...
 
 
@@ -138,7 +157,7 @@ class SandboxEvaluator:
 
     def __init__(self, run_dir: str | Path, policy: Policy | None = None, trace: str | Path | None = None,
                  seed: int | None = None, verify_kwargs: dict | None = None, layout: Layout | None = None,
-                 clock=time.monotonic, executor=None):
+                 clock: Callable[[], float] = time.monotonic, executor: Executor | None = None):
         self.run_dir, self.policy, self.trace = Path(run_dir), policy or Policy(), trace
         self.seed, self.verify_kwargs = seed, verify_kwargs or {}
         self.layout = layout or paths.target()
@@ -240,7 +259,7 @@ class SandboxEvaluator:
             raise TimeoutError(why)
         return left
 
-    def confirm(self, op: str, source: str):
+    def confirm(self, op: str, source: str) -> Measurement:
         """A fresh benchmark of an accepted source against the incumbent (the session's best of several noisy
         measurements is biased upwards): the Measurement the commit reports, or UserError if the incumbent fails."""
         from autokernel.bench.measure import IncumbentFailed
@@ -281,7 +300,7 @@ def _pct(shapes: list) -> float | None:
 
 
 def measure(feedback: Feedback, op: str, path: Path, job: Path, cases: list[dict], policy: Policy,
-            incumbent: Path, executor=None) -> None:
+            incumbent: Path, executor: Executor | None = None) -> None:
     """Fill in the benchmark's figures: the target's kernels/<op>.py vs the candidate, A/B in the sandbox (of this
     machine, or of a cluster node: `executor`, autokernel/cluster.py)."""
     from autokernel.bench.measure import IncumbentFailed
@@ -298,6 +317,7 @@ def measure(feedback: Feedback, op: str, path: Path, job: Path, cases: list[dict
         feedback.verdict = "rejected"
         feedback.reasons.append({"stage": "bench", "code": cand.status, "detail": cand.detail})
         return
+    assert cand.speedup is not None, "a candidate timed ok has its speedup"
     feedback.speedup = round(cand.speedup.est, 4)
     feedback.speedup_ci = [round(cand.speedup.lo, 4), round(cand.speedup.hi, 4)]
     feedback.pct_of_peak = _pct(cand.shapes)

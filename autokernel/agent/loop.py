@@ -21,12 +21,12 @@ agent.workers > 1 several Sessions share one evaluator (workers.py); `stop_early
 """
 from __future__ import annotations
 
-import inspect
 import json
 import os
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Callable
 
 from autokernel.agent.check import CheckTool
 from autokernel.agent.evaluate import Evaluator, Feedback, Unbenched, sha256
@@ -79,24 +79,13 @@ class Result:
     cut: int = 0  # evaluations the deadline cut before the gate's verdict (the candidate was not judged)
 
 
-def with_time_left(fn):
-    """fn(*args, time_left_s=...) where fn takes it; models and evaluators written before the deadline still work."""
-    try:
-        params = inspect.signature(fn).parameters.values()
-    except (TypeError, ValueError):
-        params = ()
-    if any(p.name == "time_left_s" or p.kind is p.VAR_KEYWORD for p in params):
-        return fn
-    return lambda *args, time_left_s=None: fn(*args)
-
-
 class Session:
     def __init__(self, op: str, model: Model, evaluator: Evaluator, prompt: Prompt, policy: AgentPolicy,
-                 run_dir: str | Path, clock=time.monotonic, ledger: Ledger | None = None, stop_early=None):
+                 run_dir: str | Path, clock: Callable[[], float] = time.monotonic, ledger: Ledger | None = None,
+                 stop_early: Callable[[], str | None] | None = None):
         self.op, self.model, self.evaluator, self.prompt, self.policy = op, model, evaluator, prompt, policy
         self.ledger = ledger  # earlier runs' judgements (agent/ledger.py): shown first, never re-evaluated
         self.stop_early = stop_early  # () -> why another worker's win ends this session, or None (agent/workers.py)
-        self.query, self.evaluate = with_time_left(model.query), with_time_left(evaluator.evaluate)
         self.transcript = Path(run_dir) / "transcript.json"
         self.tools, self.replies = tools_file()["tools"], tools_file()["replies"]
         self.messages: list[dict] = []
@@ -106,9 +95,10 @@ class Session:
         self.cut = 0  # evaluations the deadline cut before the gate's verdict
         self.usage = {"input_tokens": 0, "output_tokens": 0, "usd": 0.0}
         self.finished: str | None = None
-        self.status, self.detail, self.error, self.clock = "running", "", None, clock
+        self.status, self.detail, self.clock = "running", "", clock
+        self.error: str | None = None
         self.t0 = clock()
-        self.check = CheckTool(evaluator, policy, self.replies, self.time_left_s, clock)  # check_candidate
+        self.check = CheckTool(evaluator.check, policy, self.replies, self.time_left_s, clock)  # check_candidate
 
     def run(self) -> Result:
         self.t0 = self.clock()
@@ -133,7 +123,7 @@ class Session:
     def step(self) -> None:
         self.check_limits()
         try:
-            reply = self.query(self.messages, self.tools, time_left_s=self.time_left_s())
+            reply = self.model.query(self.messages, self.tools, time_left_s=self.time_left_s())
         except TimeoutError as e:
             raise self.out_of_time(f"during a model call: {e}") from None
         self.messages.append(reply)
@@ -197,7 +187,7 @@ class Session:
         if earlier is not None:  # answered from memory and not counted, as the system prompt promises
             return self.feedback(replace(earlier.feedback, duplicate=True))
         where = self.ledger.delivered(self.op, source) if self.ledger else None
-        if where is not None:  # the same change is already on a branch: no second gate, commit or PR
+        if self.ledger and where is not None:  # the same change is already on a branch: no second gate, commit or PR
             if where not in self.delivered:
                 self.delivered.append(where)
             return delivered_answer(self.op, where, self.ledger.measured(self.op, sha256(source)))
@@ -228,19 +218,18 @@ class Session:
 
     def judge(self, source: str) -> Feedback:
         """The evaluator's gate and bench; only the bench where the ledger holds this session's own kind of
-        acceptance of the source (Ledger.gated: same base, device and policy, signed) and the evaluator can bench
-        apart. The copy benchmarked is written where no candidate ran (<run>/ledger-<sha8>/)."""
+        acceptance of the source (Ledger.gated: same base, device and policy, signed). The copy benchmarked is
+        written where no candidate ran (<run>/ledger-<sha8>/)."""
         gated = self.ledger.gated(self.op, source) if self.ledger else None
-        bench = getattr(self.evaluator, "bench", None)
-        if gated is None or not callable(bench):
-            return self.evaluate(self.op, source, time_left_s=self.time_left_s())
+        if gated is None:
+            return self.evaluator.evaluate(self.op, source, time_left_s=self.time_left_s())
         path = self.transcript.parent / f"ledger-{gated['sha256'][:8]}" / f"{self.op}.py"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(source)
         g = gated["gate"]
         fb = Feedback(self.op, gated["sha256"], "accepted", stages=list(g.get("stages") or []), path=str(path),
                       seed=g.get("seed"), isolation=str(g.get("isolation") or ""), device=str(g.get("device") or ""))
-        return with_time_left(bench)(self.op, source, fb, time_left_s=self.time_left_s())
+        return self.evaluator.bench(self.op, source, fb, time_left_s=self.time_left_s())
 
     def feedback(self, fb: Feedback) -> str:
         return feedback_text(fb, self.policy.max_iterations - len(self.candidates), max(0.0, self.time_left_s()))
@@ -257,7 +246,7 @@ class Session:
             "op": self.op, "model": self.model.name, "status": self.status, "detail": self.detail,
             "error": self.error, "elapsed_s": round(self.clock() - self.t0, 3), "budget": self.policy.model_dump(),
             "usage": {**self.usage, "usd": round(self.usage["usd"], 6),
-                      "price_per_mtok": getattr(self.model, "prices", None)},
+                      "price_per_mtok": self.model.prices},
             "submitted": len(self.candidates),
             "best": best and {"sha256": best.feedback.sha256, "feedback": best.feedback.to_dict()},
             "candidates": [c.feedback.brief() for c in self.candidates],

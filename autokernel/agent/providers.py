@@ -33,7 +33,7 @@ import time
 from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
-from typing import Callable, Protocol
+from typing import Callable, Protocol, TypeVar
 from urllib.parse import urlparse
 
 import yaml
@@ -70,6 +70,11 @@ class OutOfTime(TimeoutError):
 
 class Model(Protocol):
     name: str  # "provider:model", recorded in the transcript
+
+    @property
+    def prices(self) -> tuple[float, float, str] | None:
+        """price(): USD per million input and output tokens, and where the row came from; None: free (the search)."""
+        ...
 
     def query(self, messages: list[dict], tools: list[dict], time_left_s: float | None = None) -> dict:
         """The next assistant message (neutral format, with usage) for this conversation and these tools, within
@@ -200,8 +205,11 @@ class _Deadline:
 def _retry_after(e: Exception) -> float | None:
     headers = getattr(getattr(e, "response", None), "headers", None) or {}
     for name, scale in (("retry-after-ms", 1e-3), ("retry-after", 1.0)):
+        value = headers.get(name)
+        if value is None:
+            continue
         try:
-            return float(headers.get(name)) * scale
+            return float(value) * scale
         except (TypeError, ValueError):
             pass
     return None
@@ -235,7 +243,10 @@ def _classify(m, e: Exception, retries: int) -> tuple[str, Exception, float]:
     return "malformed", MalformedResponse(f"{who}: malformed response from {where}: {what}"), 0
 
 
-def _call(m, attempt: Callable[[float, _Deadline], dict], time_left_s: float | None) -> dict:
+T = TypeVar("T")
+
+
+def _call(m, attempt: Callable[[float, _Deadline], T], time_left_s: float | None) -> T:
     """One turn: `attempt(timeout_s, deadline)` until it returns, retrying transient failures (m.max_retries) and
     malformed replies (MALFORMED_RETRIES), never past the deadline (OutOfTime)."""
     deadline = _Deadline(time_left_s)
@@ -437,7 +448,7 @@ class OpenAIModel(_Client):
                      time_left_s)
 
     def _attempt(self, messages: list[dict], tools: list[dict], timeout_s: float, deadline: _Deadline) -> dict:
-        limit = {"max_tokens" if self.base_url else "max_completion_tokens":
+        limit: dict[str, int | str] = {"max_tokens" if self.base_url else "max_completion_tokens":
                  self.max_output_tokens + self.reasoning_room_tokens}  # reasoning tokens count against it
         if self.reasoning_effort:
             limit["reasoning_effort"] = self.reasoning_effort
@@ -503,7 +514,8 @@ def to_openai(messages: list[dict]) -> list[dict]:
     return out
 
 
-def make(provider: str, model: str | None = None, base_url: str | None = None, **kw) -> Model:
+def make(provider: str, model: str | None = None, base_url: str | None = None,
+         **kw) -> AnthropicModel | OpenAIModel:
     """The LLM provider by name (the offline search is made in search.py)."""
     if provider == "anthropic":
         return AnthropicModel(model, base_url=base_url, **kw)

@@ -15,8 +15,8 @@ Judge, the evaluator every worker's Session sees:
 
 The best accepted candidate over all workers wins; run.work_on confirms and delivers it by its one path. Threads are
 enough here: the parent's work is waiting (model calls are I/O, candidate code runs in sandboxed subprocesses).
-The executor is the one place gate jobs are dispatched: anything with `submit(fn, *args, **kw) -> Future` (a cluster
-scheduler) can take gate_pool's place.
+The executor is the one place gate jobs are dispatched: any concurrent.futures.Executor (RayCluster.pool: threads as
+wide as a Ray cluster, autokernel/cluster.py) can take gate_pool's place.
 """
 from __future__ import annotations
 
@@ -24,23 +24,33 @@ import json
 import queue
 import threading
 import time
+from concurrent import futures
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
-from autokernel.agent.evaluate import Feedback, Unbenched, sha256
-from autokernel.agent.loop import Result, Session, with_time_left
+from autokernel.agent.evaluate import Evaluator, Feedback, Unbenched, sha256
+from autokernel.agent.ledger import Ledger
+from autokernel.agent.loop import Result, Session
+from autokernel.agent.prompt import Prompt
+from autokernel.agent.providers import Model
 from autokernel.policy import Agent as AgentPolicy
+from autokernel.policy import Policy
+from autokernel.policy import Sandbox as SandboxPolicy
 from autokernel.sandbox.slots import Slot, default_slots, pinned
 
+if TYPE_CHECKING:
+    from autokernel.bench.measure import Measurement
 
-class SlotPool:
+
+class SlotPool(futures.Executor):
     """Runs each submitted job on a free slot, at most one job per slot; the job's sandboxed processes get the slot's
     environment (slots.pinned: CUDA_VISIBLE_DEVICES, OMP_NUM_THREADS)."""
 
     def __init__(self, slots: Sequence[Slot]):
-        self.slots, self.free = list(slots), queue.Queue()
+        self.slots: list[Slot] = list(slots)
+        self.free: queue.Queue[Slot] = queue.Queue()
         for s in self.slots:
             self.free.put(s)
         self.pool = ThreadPoolExecutor(max_workers=len(self.slots), thread_name_prefix="autokernel-slot")
@@ -55,38 +65,38 @@ class SlotPool:
                 self.free.put(slot)
         return self.pool.submit(one)
 
-    def shutdown(self) -> None:
-        self.pool.shutdown(wait=True)
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        self.pool.shutdown(wait=wait, cancel_futures=cancel_futures)
 
 
-def gate_pool(sandbox_policy) -> SlotPool:
+def gate_pool(sandbox_policy: SandboxPolicy) -> SlotPool:
     """Where gate jobs go by default: this machine's slots (policies.yaml sandbox.slots, else per GPU / per core)."""
     return SlotPool(default_slots(sandbox_policy))
 
 
-def gate_job(evaluator, op: str, source: str, deadline: float | None) -> Feedback:
+def gate_job(evaluator: Evaluator, op: str, source: str, deadline: float | None) -> Feedback:
     """One gate, run on a slot: the time left is counted when the job starts, so a wait for a slot is not free."""
     left = None if deadline is None else deadline - time.monotonic()
     if left is not None and left <= 0:
         raise TimeoutError(f"{sha256(source)[:8]}: no time left for the gate (waited for a sandbox slot)")
-    return with_time_left(evaluator.gate)(op, source, time_left_s=left)
+    return evaluator.gate(op, source, time_left_s=left)
 
 
 class Judge:
-    """The evaluator the workers share (see the module doc). `staged` evaluators (gate() and bench()) gate on the
-    executor and bench under the lock; any other runs whole under the lock, one at a time."""
+    """The evaluator the workers share (see the module doc): each source judged once, its gate on the pool, its
+    bench under the lock."""
 
-    def __init__(self, inner, executor):
+    def __init__(self, inner: Evaluator, executor: futures.Executor):
         self.inner, self.executor = inner, executor
-        self.staged = callable(getattr(inner, "gate", None)) and callable(getattr(inner, "bench", None))
         self.bench_lock, self.lock = threading.Lock(), threading.Lock()
         self.judged: dict[str, Future] = {}
         self.winner: tuple[int, str] | None = None  # (worker, sha256) of the first accepted candidate
         self.abort: str | None = None  # a worker ended on an error: the others stop too
-        if callable(getattr(inner, "check", None)):
-            self.check = self._check
 
-    def evaluate(self, worker: int, op: str, source: str, time_left_s: float | None = None) -> Feedback:
+    def evaluate(self, worker: int, op: str, source: str, time_left_s: float | None = None,
+                 gated: Feedback | None = None) -> Feedback:
+        """`source` gated and benched, or only benched where `gated` is the gate's acceptance of it (a ledger's:
+        loop.Session.judge); another worker's judgement of the same source is answered as a duplicate."""
         digest = sha256(source)
         with self.lock:
             mine = digest not in self.judged
@@ -97,7 +107,7 @@ class Judge:
             except Unbenched as e:  # out of time after its gate: the worker that submitted it keeps it
                 raise TimeoutError(str(e)) from None
         try:
-            fb = self._judge(worker, op, source, time_left_s)
+            fb = self._judge(worker, op, source, time_left_s, gated)
         except BaseException as e:
             with self.lock:  # not judged after all (out of time, an environment error): a later submit may retry
                 del self.judged[digest]
@@ -106,28 +116,33 @@ class Judge:
         fut.set_result(fb)
         return fb
 
-    def _judge(self, worker: int, op: str, source: str, time_left_s: float | None) -> Feedback:
+    def _judge(self, worker: int, op: str, source: str, time_left_s: float | None,
+               gated: Feedback | None) -> Feedback:
         deadline = None if time_left_s is None else time.monotonic() + time_left_s
-        if not self.staged:
-            with self.bench_lock:
-                return self._won(worker, with_time_left(self.inner.evaluate)(op, source, time_left_s=time_left_s))
-        fb = self.executor.submit(gate_job, self.inner, op, source, deadline).result()
+        fb = self.gate(op, source, deadline) if gated is None else gated
         if fb.verdict != "accepted":
             return fb
+        return self.bench(worker, op, source, fb, deadline)
+
+    def gate(self, op: str, source: str, deadline: float | None) -> Feedback:
+        """The inner gate on a slot of the pool: several at once."""
+        return self.executor.submit(gate_job, self.inner, op, source, deadline).result()
+
+    def bench(self, worker: int, op: str, source: str, fb: Feedback, deadline: float | None) -> Feedback:
         with self.bench_lock:  # timings never overlap: one benchmark at a time on the device
             left = None if deadline is None else deadline - time.monotonic()
-            return self._won(worker, with_time_left(self.inner.bench)(op, source, fb, time_left_s=left))
+            return self._won(worker, self.inner.bench(op, source, fb, time_left_s=left))
 
     def _won(self, worker: int, fb: Feedback) -> Feedback:
         if fb.accepted and self.winner is None:
             self.winner = (worker, fb.sha256)
         return fb
 
-    def _check(self, op: str, source: str, time_left_s: float | None = None) -> dict:
+    def check(self, op: str, source: str, time_left_s: float | None = None) -> dict | None:
         """check_candidate's sandboxed look, on a slot like a gate (it runs candidate code too)."""
-        return self.executor.submit(with_time_left(self.inner.check), op, source, time_left_s=time_left_s).result()
+        return self.executor.submit(self.inner.check, op, source, time_left_s=time_left_s).result()
 
-    def stop_early(self, worker: int, early_success: bool):
+    def stop_early(self, worker: int, early_success: bool) -> Callable[[], str | None]:
         def why() -> str | None:
             if self.abort:
                 return f"another worker on this op failed: {self.abort}"
@@ -142,22 +157,33 @@ class _Seat:
 
     def __init__(self, judge: Judge, worker: int):
         self.judge, self.worker = judge, worker
-        if hasattr(judge, "check"):
-            self.check = judge.check
 
     def evaluate(self, op: str, source: str, time_left_s: float | None = None) -> Feedback:
         return self.judge.evaluate(self.worker, op, source, time_left_s)
 
+    def gate(self, op: str, source: str, time_left_s: float | None = None) -> Feedback:
+        return self.judge.gate(op, source, None if time_left_s is None else time.monotonic() + time_left_s)
 
-def run(op: str, models: list, evaluator, prompt, settings: AgentPolicy, run_dir: Path, *, ledger=None,
-        executor=None) -> tuple[Result, Session]:
+    def bench(self, op: str, source: str, feedback: Feedback, time_left_s: float | None = None) -> Feedback:
+        """A gate acceptance the ledger holds, benchmarked as a submission is: once across workers, under the lock."""
+        return self.judge.evaluate(self.worker, op, source, time_left_s, gated=feedback)
+
+    def check(self, op: str, source: str, time_left_s: float | None = None) -> dict | None:
+        return self.judge.check(op, source, time_left_s)
+
+    def confirm(self, op: str, source: str) -> Measurement:
+        return self.judge.inner.confirm(op, source)
+
+
+def run(op: str, models: list[Model], evaluator: Evaluator, prompt: Prompt, settings: AgentPolicy, run_dir: Path, *,
+        ledger: Ledger | None = None, executor: futures.Executor | None = None,
+        sandbox: SandboxPolicy | None = None) -> tuple[Result, Session]:
     """len(models) Sessions at once on `op`; the combined Result, and the Session that found the best candidate
-    (its messages hold the rationale the commit quotes), else worker 0's."""
+    (its messages hold the rationale the commit quotes), else worker 0's. `executor` takes the gate jobs; None: a
+    pool of this machine's slots for `sandbox` (the run's sandbox policy; None: the default one)."""
     own = executor is None
-    if own:  # the sandboxed evaluator's own sandbox policy; a test double's, the default one
-        from autokernel.policy import Policy
-        executor = gate_pool((getattr(evaluator, "policy", None) or Policy()).sandbox)
-    judge, n = Judge(evaluator, executor), len(models)
+    pool = gate_pool(sandbox or Policy().sandbox) if executor is None else executor
+    judge, n = Judge(evaluator, pool), len(models)
     sessions = [Session(op, m, _Seat(judge, i), replace(prompt, task=prompt.task + _nudge(i, n)), settings,
                         Path(run_dir) / f"worker-{i}", ledger=ledger,
                         stop_early=judge.stop_early(i, settings.early_success)) for i, m in enumerate(models)]
@@ -170,12 +196,12 @@ def run(op: str, models: list, evaluator, prompt, settings: AgentPolicy, run_dir
             raise
 
     try:
-        with ThreadPoolExecutor(max_workers=n, thread_name_prefix="autokernel-worker") as pool:
-            futures = [pool.submit(one, s) for s in sessions]
-        results = [f.result() for f in futures]  # the first worker's exception (a UserError) is raised here
+        with ThreadPoolExecutor(max_workers=n, thread_name_prefix="autokernel-worker") as threads:
+            running = [threads.submit(one, s) for s in sessions]
+        results = [f.result() for f in running]  # the first worker's exception (a UserError) is raised here
     finally:
         if own:
-            executor.shutdown()
+            pool.shutdown()
     return combine(op, results, sessions, Path(run_dir))
 
 

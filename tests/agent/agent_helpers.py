@@ -2,10 +2,12 @@
 and candidate sources (one that cheats, one that is a real kernel). Imported by name; fixtures live in conftest.py."""
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from autokernel.agent.evaluate import Feedback, sha256
 from autokernel.agent.search import apply, find_knobs
+from autokernel.bench.measure import Measurement
 
 ROOT = Path(__file__).resolve().parents[2]
 INCUMBENT = (ROOT / "kernels" / "rmsnorm.py").read_text()
@@ -26,32 +28,65 @@ GOOD = apply(INCUMBENT, _knobs, {"num_warps": 8, "num_stages": 3})
 assert GOOD != INCUMBENT and "num_warps=8" in GOOD
 
 
+class WholeEvaluator:
+    """The rest of the Evaluator protocol for a double judged in one call (its evaluate, figures included): gate()
+    is that whole judgement and bench() keeps its figures; no quick check; never confirms."""
+
+    def evaluate(self, op: str, source: str, time_left_s: float | None = None) -> Feedback:
+        raise NotImplementedError
+
+    def gate(self, op: str, source: str, time_left_s: float | None = None) -> Feedback:
+        return self.evaluate(op, source, time_left_s)
+
+    def bench(self, op: str, source: str, feedback: Feedback, time_left_s: float | None = None) -> Feedback:
+        return feedback
+
+    def check(self, op: str, source: str, time_left_s: float | None = None) -> dict | None:
+        return None
+
+    def confirm(self, op: str, source: str) -> Measurement:
+        raise AssertionError("the agent's tests never confirm a win (tests/run does)")
+
+
 class StubEvaluator:
-    """Rejects sources that import torch.nn.functional (static.forbidden_import, as the real gate does); accepts
-    anything else at speedup 1.25 [1.20, 1.30] and 42 % of peak. Counts evaluations; same sha256 answered once.
-    It takes no time_left_s: the loop must keep working with evaluators written before the deadline existed."""
+    """An Evaluator (agent/evaluate.py) with fixed verdicts. Gate: rejects sources that import torch.nn.functional
+    (static.forbidden_import, as the real gate does), passes anything else. Bench: speedup 1.25 [1.20, 1.30] and 42 %
+    of peak, accepted. Counts evaluations; same sha256 answered once. No quick check (check: None); the agent's tests
+    never confirm."""
 
     def __init__(self, speedup: float = 1.25, pct_of_peak: float = 42.0):
         self.speedup, self.pct = speedup, pct_of_peak
         self.calls: list[str] = []
         self.seen: dict[str, Feedback] = {}
 
-    def evaluate(self, op: str, source: str) -> Feedback:
+    def evaluate(self, op: str, source: str, time_left_s: float | None = None) -> Feedback:
         digest = sha256(source)
         if digest in self.seen:
             return self.seen[digest]
         self.calls.append(source)
-        if "torch.nn.functional" in source:
-            fb = Feedback(op, digest, "rejected",
-                          reasons=[{"stage": "static", "code": "static.forbidden_import",
-                                    "detail": "line 2: import torch.nn.functional: a kernel file computes in its "
-                                              "own Triton kernel"}])
-        else:
-            s = self.speedup
-            fb = Feedback(op, digest, "accepted", accepted=True, speedup=s, speedup_ci=[s - 0.05, s + 0.05],
-                          pct_of_peak=self.pct, device="cpu-interpreter", note="stub")
+        fb = self.gate(op, source, time_left_s)
+        if fb.verdict == "accepted":
+            fb = self.bench(op, source, fb, time_left_s)
         self.seen[digest] = fb
         return fb
+
+    def gate(self, op: str, source: str, time_left_s: float | None = None) -> Feedback:
+        if "torch.nn.functional" in source:
+            return Feedback(op, sha256(source), "rejected",
+                            reasons=[{"stage": "static", "code": "static.forbidden_import",
+                                      "detail": "line 2: import torch.nn.functional: a kernel file computes in its "
+                                                "own Triton kernel"}])
+        return Feedback(op, sha256(source), "accepted", device="cpu-interpreter", note="stub")
+
+    def bench(self, op: str, source: str, feedback: Feedback, time_left_s: float | None = None) -> Feedback:
+        s = self.speedup
+        return replace(feedback, accepted=True, speedup=s, speedup_ci=[s - 0.05, s + 0.05], pct_of_peak=self.pct)
+
+    def check(self, op: str, source: str, time_left_s: float | None = None) -> dict | None:
+        return None
+
+    def confirm(self, op: str, source: str) -> Measurement:
+        raise AssertionError("the agent's tests never confirm a win (tests/run does)")
 
 
 def turn(text: str = "", *calls: tuple, input_tokens: int = 0, output_tokens: int = 0, usd: float = 0.0,

@@ -8,7 +8,7 @@ import typer
 from agent_helpers import CHEAT, GOOD, ScriptedModel, StubEvaluator, turn
 from typer.testing import CliRunner
 
-from autokernel.agent.evaluate import Feedback, sha256
+from autokernel.agent.evaluate import sha256
 from autokernel.agent.ledger import Ledger
 from autokernel.agent.loop import Session
 from autokernel.agent.prompt import build
@@ -69,24 +69,23 @@ def test_ledger_command_prints_this_checkouts_ledger(tmp_path):
 
 
 class StagedStub(StubEvaluator):
-    """StubEvaluator with the gate and the bench callable apart (as SandboxEvaluator): counts each."""
+    """StubEvaluator counting each gate and bench, its gate's acceptance carrying a gate record."""
 
     def __init__(self, won: bool = True):
         super().__init__()
         self.won, self.gates, self.benches = won, [], []
 
-    def evaluate(self, op, source):
+    def evaluate(self, op, source, time_left_s=None):
         fb = self.gate(op, source)
         return fb if fb.verdict != "accepted" else self.bench(op, source, fb)
 
-    def gate(self, op, source):
+    def gate(self, op, source, time_left_s=None):
         self.gates.append(source)
-        if "torch.nn.functional" in source:
-            return super().evaluate(op, source)  # static.forbidden_import
-        return Feedback(op, sha256(source), "accepted", stages=[{"name": "numeric", "passed": True}], seed=7,
-                        isolation="bwrap+cgroup", device="cpu-interpreter")
+        fb = super().gate(op, source)  # static.forbidden_import, or accepted
+        return fb if fb.verdict != "accepted" else replace(
+            fb, stages=[{"name": "numeric", "passed": True}], seed=7, isolation="bwrap+cgroup", note="")
 
-    def bench(self, op, source, fb):
+    def bench(self, op, source, fb, time_left_s=None):
         self.benches.append((source, fb))
         s = 1.25 if self.won else 1.0
         return replace(fb, accepted=self.won, speedup=s, speedup_ci=[s - 0.05, s + 0.05])

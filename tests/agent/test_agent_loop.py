@@ -3,7 +3,7 @@ deadline through model calls and evaluations; what the model is told after each 
 import json
 
 import pytest
-from agent_helpers import CHEAT, GOOD, ScriptedModel, StubEvaluator, turn
+from agent_helpers import CHEAT, GOOD, ScriptedModel, StubEvaluator, WholeEvaluator, turn
 
 from autokernel.agent.evaluate import from_verdict, sha256
 from autokernel.agent.loop import Session
@@ -126,7 +126,7 @@ def test_out_of_submissions_within_one_turn(tmp_path, rmsnorm_prompt):
 
 def test_best_is_the_fastest_accepted(tmp_path, rmsnorm_prompt):
     class Ranked(StubEvaluator):
-        def evaluate(self, op, source):
+        def evaluate(self, op, source, time_left_s=None):
             fb = super().evaluate(op, source)
             fb.speedup = {1: 1.1, 2: 1.4, 4: 1.2}[int(source.split("num_warps=")[1][0])]
             return fb
@@ -144,10 +144,10 @@ def test_no_accepted_candidate_means_no_best(tmp_path, rmsnorm_prompt):
 
 def test_model_error_ends_the_session_with_the_transcript_saved(tmp_path, rmsnorm_prompt):
     class Broken(ScriptedModel):
-        def query(self, messages, tools):
+        def query(self, messages, tools, time_left_s=None):
             if len(messages) > 2:
                 raise ModelError("openai: HTTP 500 from x after 4 retries: boom")
-            return super().query(messages, tools)
+            return super().query(messages, tools, time_left_s)
     model = Broken([turn("a", ("submit_candidate", {"source": GOOD}))])
     result = Session("rmsnorm", model, StubEvaluator(), rmsnorm_prompt, Agent(), tmp_path).run()
     t = json.loads((tmp_path / "transcript.json").read_text())
@@ -164,7 +164,7 @@ def test_a_clean_end_has_no_error(tmp_path, rmsnorm_prompt):
 
 def test_user_error_propagates_after_saving(tmp_path, rmsnorm_prompt):
     class NoKey(ScriptedModel):
-        def query(self, messages, tools):
+        def query(self, messages, tools, time_left_s=None):
             raise UserError("anthropic: api.anthropic.com refused the API key (HTTP 401)")
     with pytest.raises(UserError):
         Session("rmsnorm", NoKey([]), StubEvaluator(), rmsnorm_prompt, Agent(), tmp_path).run()
@@ -205,7 +205,7 @@ def test_every_static_finding_budget_slack_and_kl_reach_the_model(tmp_path, rmsn
                    StageResult.ok("numeric", worst_error_ratio={"float32": 0.31, "bfloat16": 0.52}, cases=12),
                    StageResult.ok("e2e", kl_mean=1.1e-11, kl_p99=3e-11, kl_max=9e-11, top1=1.0, positions=48)]
 
-    class FromVerdicts:
+    class FromVerdicts(WholeEvaluator):
         def evaluate(self, op, source, time_left_s=None):
             stages = [findings] if source == bad else good_stages
             v = Verdict(op, "x.py", sha256(source), "rejected" if source == bad else "accepted", stages, 1234,
@@ -291,7 +291,7 @@ def test_a_second_submission_in_the_turn_that_spent_the_budget_is_not_evaluated(
     clock = Clock()
 
     class Slow(StubEvaluator):
-        def evaluate(self, op, source):
+        def evaluate(self, op, source, time_left_s=None):
             clock.now += 150.0
             return super().evaluate(op, source)
     other = GOOD.replace("num_warps=8", "num_warps=2")

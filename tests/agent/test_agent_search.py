@@ -6,7 +6,7 @@ import math
 from pathlib import Path
 
 import pytest
-from agent_helpers import INCUMBENT, PLANTED
+from agent_helpers import INCUMBENT, PLANTED, WholeEvaluator
 
 from autokernel.agent.evaluate import Feedback, SandboxEvaluator, sha256
 from autokernel.agent.loop import Session
@@ -64,14 +64,14 @@ def synthetic_speedup(config):
     return fit(config) / fit(START)
 
 
-class Synthetic:
+class Synthetic(WholeEvaluator):
     """Feedback from the cost function, in the same JSON shape the real evaluator gives; rejects BLOCK_K < 32 the
     way the gate would reject a kernel that breaks on it."""
 
     def __init__(self):
         self.configs = []
 
-    def evaluate(self, op, source):
+    def evaluate(self, op, source, time_left_s=None):
         config = {k.name: k.default for k in find_knobs(source)}
         self.configs.append(config)
         if config["BLOCK_K"] < 32:
@@ -201,7 +201,7 @@ def interpreter_ms(block: int, n: int = 576) -> float:
     return 2 * math.ceil(n / block) * (1.0 + block / 1280)
 
 
-class PlantedScorer:
+class PlantedScorer(WholeEvaluator):
     """A fast, deterministic stand-in for gate + bench on the planted file: the real static stage, then the speedup
     interpreter_ms predicts over the planted incumbent with a +-2 % interval, as the real evaluator reports it."""
 
@@ -210,7 +210,7 @@ class PlantedScorer:
         self.sources: list[str] = []
         self.clock_step_s, self.now = clock_step_s, now
 
-    def evaluate(self, op, source):
+    def evaluate(self, op, source, time_left_s=None):
         from autokernel.gate import static
         if self.now is not None:
             self.now[0] += self.clock_step_s

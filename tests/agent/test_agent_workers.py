@@ -1,7 +1,7 @@
 """agent.workers (autokernel/agent/workers.py) through the one orchestration path (run.pipeline -> work_on ->
 agent.command.start -> workers.run -> the real git delivery, on a temporary clone).
 
-The evaluator is a staged double (gate() and bench() apart, as SandboxEvaluator has them): its verdicts are fixed
+The evaluator is a double of the whole Evaluator protocol (gate() and bench() apart): its verdicts are fixed
 data, while what is under test is real: the fan-out over slots, the benchmark lock, one judgement per source across
 workers, the ledger and the commit. Its gate waits on a barrier that the three first submissions must reach
 together, so gates that were not run in parallel fail the test (BrokenBarrierError), and its bench notes how many
@@ -68,6 +68,9 @@ class StagedStub:
     def evaluate(self, op: str, source: str, time_left_s: float | None = None) -> Feedback:
         fb = self.gate(op, source)
         return self.bench(op, source, fb) if fb.verdict == "accepted" else fb
+
+    def check(self, op: str, source: str, time_left_s: float | None = None) -> dict | None:
+        return None
 
     def confirm(self, op: str, source: str):
         self.confirmed.append(sha256(source))

@@ -24,7 +24,8 @@ ROOT = Path(__file__).parents[2]
 
 
 class FakeCluster:
-    """Records what it is asked to run; accepts every candidate with a 2x win."""
+    """An Executor (autokernel/cluster.py) that records what it is asked to run; accepts every candidate with a 2x
+    win."""
 
     def __init__(self):
         self.calls, self.pool = [], object()
@@ -41,6 +42,9 @@ class FakeCluster:
         inc = FileResult(str(incumbent), "incumbent", "ok")
         cand = FileResult(str(candidates[0]), "candidate", "ok", speedup=Interval(2.0, 1.9, 2.1), accepted=True)
         return Measurement(op, "CPU / Triton interpreter", {}, None, {}, [inc, cand], [], "bwrap")
+
+    def gate_jobs(self, jobs):
+        return [cluster.JobResult(True, self.verify(j.op, j.candidate, **j.kwargs)) for j in jobs]
 
 
 @pytest.fixture

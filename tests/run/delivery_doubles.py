@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime
 import json
+from dataclasses import replace
 from pathlib import Path
 
 from autokernel import device
@@ -45,7 +46,7 @@ class ScriptedModel:
     def __init__(self, replies: list[dict]):
         self.replies = list(replies)
 
-    def query(self, messages, tools):
+    def query(self, messages, tools, time_left_s=None):
         return self.replies.pop(0)
 
 
@@ -62,12 +63,18 @@ def measurement(op: str = "rmsnorm", speedup: float = 2.0) -> Measurement:
 
 
 class StubEvaluator:
-    """Rejects sources containing 'REJECT' with a hostile detail; accepts the rest at 2x with e2e KL stats."""
+    """An Evaluator (agent/evaluate.py) with fixed data. Gate: rejects sources containing 'REJECT' with a hostile
+    detail, passes the rest with e2e KL stats; bench: 2x, accepted. `evaluated` lists each source gated; no quick
+    check (check: None)."""
 
     def __init__(self, op_dir: Path):
         self.op_dir, self.evaluated, self.confirmed = Path(op_dir), [], []
 
-    def evaluate(self, op: str, source: str) -> Feedback:
+    def evaluate(self, op: str, source: str, time_left_s: float | None = None) -> Feedback:
+        fb = self.gate(op, source, time_left_s)
+        return fb if fb.verdict != "accepted" else self.bench(op, source, fb, time_left_s)
+
+    def gate(self, op: str, source: str, time_left_s: float | None = None) -> Feedback:
         self.evaluated.append(source)
         digest = sha256(source)
         if "REJECT" in source:
@@ -85,9 +92,14 @@ class StubEvaluator:
                    "metrics": {"kl_mean": 1.1e-11, "kl_p99": 2e-10, "kl_max": 3e-9, "top1": 1.0, "positions": 40,
                                "repeat_runs": [[2, 2]], "plan": {"layers": 2, "of_layers": 31, "prefill": False,
                                                                  "new_tokens": 8, "predicted_s": 100.0}}}]
-        return Feedback(op, digest, "accepted", stages=stages, accepted=True, speedup=2.0, speedup_ci=[1.9, 2.1],
-                        device="cpu-interpreter", note="stub", path=str(self.op_dir / digest[:8] / f"{op}.py"),
-                        seed=12345, isolation="bwrap+cgroup")
+        return Feedback(op, digest, "accepted", stages=stages, device="cpu-interpreter",
+                        path=str(self.op_dir / digest[:8] / f"{op}.py"), seed=12345, isolation="bwrap+cgroup")
+
+    def bench(self, op: str, source: str, feedback: Feedback, time_left_s: float | None = None) -> Feedback:
+        return replace(feedback, accepted=True, speedup=2.0, speedup_ci=[1.9, 2.1], note="stub")
+
+    def check(self, op: str, source: str, time_left_s: float | None = None) -> dict | None:
+        return None
 
     def confirm(self, op: str, source: str) -> Measurement:
         self.confirmed.append(source)

@@ -38,10 +38,10 @@ class Stub(StubEvaluator):
         super().__init__(op_dir)
         self.on_evaluate = on_evaluate
 
-    def evaluate(self, op, source):
+    def gate(self, op, source, time_left_s=None):
         if self.on_evaluate:
             self.on_evaluate(source)
-        return super().evaluate(op, source)
+        return super().gate(op, source, time_left_s)
 
 
 def ctx_for(clone, llm, stubs: list, on_evaluate=None):

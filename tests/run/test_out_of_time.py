@@ -12,7 +12,7 @@ from pathlib import Path
 import git
 import pytest
 import typer
-from delivery_doubles import ScriptedModel, measurement, today_branch, turn, write_trace
+from delivery_doubles import ScriptedModel, StubEvaluator, measurement, today_branch, turn, write_trace
 from rich.console import Console
 from typer.testing import CliRunner
 
@@ -168,18 +168,17 @@ def test_workers_keep_one_unbenched_candidate_once(clone, tmp_path, fakes):
     assert len(Ledger.of(ctx.layout).entries("rmsnorm")) == 1
 
 
-class CutGate:
+class CutGate(StubEvaluator):
     """The deadline cuts the gate of the first candidate (a sandbox job killed at the capped timeout)."""
 
-    def __init__(self, *a):
-        pass
+    def __init__(self, op_dir, *a):
+        super().__init__(op_dir)
 
-    def evaluate(self, op, source, time_left_s=None):
+    def gate(self, op, source, time_left_s=None):
         raise TimeoutError("a gate job hit the deadline-capped limit of 33 s")
 
 
 def test_a_gate_cut_by_the_clock_is_out_of_time_and_resume_tries_again(clone, tmp_path, fakes, monkeypatch):
-    from delivery_doubles import StubEvaluator
     ctx = ctx_for(clone, ScriptedModel([turn("", ("submit_candidate", {"source": source(clone)}))]), fakes)
     ctx.make_evaluator = CutGate
     r = cli(monkeypatch, ctx, "run", "--op", "rmsnorm", "--yes", "--trace", str(write_trace(tmp_path / "t")))
