@@ -129,7 +129,7 @@ class Ledger:
             d = delivery.delivered(self.repo, f"kernels/{op}.py", source.encode(), self.branch_prefix)
         except UserError:  # not a git work tree, no commit yet: nothing was delivered
             return None
-        return d and {"branch": d.branch, "commit": d.sha, "base": d.base}
+        return None if d is None else {"branch": d.branch, "commit": d.sha, "base": d.base}
 
     def record(self, fb, run: str = "", source: str | None = None) -> None:
         """Append the session's judgement of one source (autokernel.agent.evaluate.Feedback); a near miss's `source`
@@ -282,7 +282,7 @@ class Ledger:
             out.append(f"  - {_quoted(str(e['sha256'])[:8], 8)}: speedup {e['speedup']:.3f}x{ci}; lost: {why}; judged "
                        f"{_quoted(e.get('time') or '?', 20)}")
         best = self.archived(op, str(near[0]["sha256"])) if incumbent is not None else None
-        if best is not None:
+        if best is not None and incumbent is not None:
             diff = list(difflib.unified_diff(incumbent.splitlines(), best.splitlines(), f"a/kernels/{op}.py",
                                              f"b/kernels/{op}.py (near miss {line(near[0]['sha256'], 64)[:8]})",
                                              lineterm=""))

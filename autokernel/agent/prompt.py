@@ -11,6 +11,7 @@ import json
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import Any, Mapping
 
 import jinja2
 import torch
@@ -99,7 +100,7 @@ def overall_pct(rows: list[dict]) -> float | None:
     return 100 * floor / now
 
 
-def corpus(op: str, trace: dict | None) -> tuple[list[dict], str]:
+def corpus(op: str, trace: Mapping[str, Any] | None) -> tuple[list[dict], str]:
     """The shapes to optimise for, [{shape, calls, dtype, now_s}]: the trace's shape corpus (with its call counts
     and measured mean times) or, without a trace, the spec's model shapes (calls and times unknown)."""
     default = str(device.default_dtype()).removeprefix("torch.")
@@ -107,7 +108,7 @@ def corpus(op: str, trace: dict | None) -> tuple[list[dict], str]:
     if entry.get("shapes"):
         return ([{"shape": dict(s["shape"]), "calls": int(s["calls"]), "dtype": s.get("dtype") or default,
                   "now_s": s["mean_ms"] / 1e3 if s.get("mean_ms") else None} for s in entry["shapes"]],
-                f"traced: {trace.get('_path', 'the trace')}")
+                f"traced: {(trace or {}).get('_path', 'the trace')}")
     return ([{"shape": dict(s), "calls": None, "dtype": default, "now_s": None} for s in opspecs.get(op).model_shapes],
             "the spec's model shapes; no trace given")
 
@@ -168,7 +169,8 @@ def feedback_text(fb, submissions_left: int, wall_s_left: float) -> str:
     return json.dumps(d, indent=1, default=str)
 
 
-def build(op: str, policy: AgentPolicy, trace: dict | None = None, kernel_file: Path | None = None) -> Prompt:
+def build(op: str, policy: AgentPolicy, trace: Mapping[str, Any] | None = None,
+          kernel_file: Path | None = None) -> Prompt:
     """kernel_file: the target checkout's kernels/<op>.py (autokernel.paths); default: the installed project's."""
     spec = opspecs.get(op)
     path = Path(kernel_file) if kernel_file is not None else kernel_path(op)
@@ -196,5 +198,5 @@ def build(op: str, policy: AgentPolicy, trace: dict | None = None, kernel_file: 
         "corpus": shapes, "allowlist": allowlist(), "device_facts": context.device_facts(),
         "call_sites": context.call_sites(op), "siblings": context.sibling_sources(op, path.parent),
     }
-    return Prompt(system=render("system.md", **ctx), task=render("task.md", **ctx), kernel=ctx["kernel_source"],
+    return Prompt(system=render("system.md", **ctx), task=render("task.md", **ctx), kernel=str(ctx["kernel_source"]),
                   spec=render("spec.md", **ctx), context=ctx)

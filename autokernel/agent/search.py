@@ -23,7 +23,7 @@ import math
 import random
 import time
 from dataclasses import dataclass, replace
-from typing import Generator
+from typing import Generator, TypeGuard
 
 from autokernel.policy import Bench
 
@@ -59,8 +59,9 @@ def _offsets(source: str) -> list[int]:
     return starts + [pos]
 
 
-def _char(source_lines: list[str], starts: list[int], lineno: int, col_bytes: int) -> int:
+def _char(source_lines: list[str], starts: list[int], lineno: int | None, col_bytes: int | None) -> int:
     """AST (line, UTF-8 byte column) -> character offset in the source."""
+    assert lineno is not None and col_bytes is not None, "a parsed node has its position"
     line = source_lines[lineno - 1]
     return starts[lineno - 1] + len(line.encode()[:col_bytes].decode(errors="ignore"))
 
@@ -82,7 +83,7 @@ def _is_block(kwarg: str) -> bool:
     return kwarg.isupper() and "BLOCK" in kwarg
 
 
-def _int_literal(node: ast.AST | None) -> bool:
+def _int_literal(node: ast.AST | None) -> TypeGuard[ast.Constant]:
     return isinstance(node, ast.Constant) and type(node.value) is int
 
 
@@ -122,19 +123,22 @@ def find_knobs(source: str, launch_options: bool = True) -> list[Knob]:
     for i, call in enumerate(launches):
         present = {kw.arg for kw in call.keywords}
         for kw in call.keywords:
-            v = kw.value
+            v: ast.expr | None = kw.value
             if not kw.arg or not (_is_block(kw.arg) or (launch_options and kw.arg in TRITON_DEFAULTS)):
                 continue
             if isinstance(v, ast.Name):  # BLOCK_N=BLOCK_N, bound once to a literal by the launcher or the module
                 v = _bound_literal(v.id, [s for s in (enclosing.get(call), tree) if s is not None])
             if not _int_literal(v):
                 continue
+            value = v.value
+            assert isinstance(value, int)  # _int_literal
             base = POW2_BLOCKS if _is_block(kw.arg) else NUM_WARPS if kw.arg == "num_warps" else NUM_STAGES
             a = _char(lines, starts, v.lineno, v.col_offset)
             b = _char(lines, starts, v.end_lineno, v.end_col_offset)
             if all(k.start != a for k in found):  # one literal shared by several launches is one knob
-                found.append(Knob(kw.arg, kw.arg, i, v.value, a, b, tuple(sorted(set(base) | {v.value}))))
-        last = max(call.args + call.keywords, key=lambda n: (n.end_lineno, n.end_col_offset), default=None)
+                found.append(Knob(kw.arg, kw.arg, i, value, a, b, tuple(sorted(set(base) | {value}))))
+        ends: list[ast.expr | ast.keyword] = [*call.args, *call.keywords]
+        last = max(ends, key=lambda n: (n.end_lineno or 0, n.end_col_offset or 0), default=None)
         if last is not None and not autotuned and launch_options:
             at = _char(lines, starts, last.end_lineno, last.end_col_offset)
             for kwarg in ("num_warps", "num_stages"):
@@ -224,7 +228,7 @@ class SearchModel:
         self.min_speedup = Bench().min_speedup if min_speedup is None else min_speedup
         self.source: str | None = None
         self.knobs: list[Knob] = []
-        self.search: Generator | None = None
+        self.search: Generator[dict[str, int], object, None] | None = None
         self.pending: str | None = None  # the tool_call_id of the last proposal
         self.proposed_at: float | None = None
         self.eval_s: list[float] = []  # how long each proposal took to come back judged
@@ -249,6 +253,7 @@ class SearchModel:
         if time_left_s is not None and self.eval_s and max(self.eval_s) > time_left_s:
             return _finish(f"stopped after {self.n} candidates: another evaluation takes ~{max(self.eval_s):.0f} s "
                            f"(the longest so far) and {time_left_s:.0f} s of the wall-clock budget are left")
+        assert self.search is not None  # made with the knobs, above
         try:
             config = next(self.search) if self.pending is None else self.search.send(_score(messages, self.pending))
         except StopIteration:
