@@ -349,6 +349,7 @@ class Cover:
     extra_cases: int  # policy gate.coverage_cases: the steering's budget
     max_rows: int  # the range dimension's reach (the plan's own)
     production_rows: int = 0  # policy gate.max_rows: production's reach, past the interpreter's cap (_reach)
+    thresholds: frozenset[int] = frozenset()  # the source's integer thresholds (autokernel/gate/thresholds.py)
 
 
 def run(spec: OpSpec, candidate: Path, job_dir: Path, limits, seed: int, planned,
@@ -408,6 +409,13 @@ def run(spec: OpSpec, candidate: Path, job_dir: Path, limits, seed: int, planned
         note += (f"; vouched up to {reach['dim']} = {reach['vouched']} of production's {reach['production']} "
                  f"(a call at {reach['rows']} would take ~{reach['est_s']:.0f} s under the interpreter and "
                  f"~{reach['need_mb']} MB; the gate on a GPU checks it)")
+    if reach and reach.get("thresholds_checked"):
+        note += (f"; the source's thresholds crossed past the plan's cap at {reach['dim']} = "
+                 f"{', '.join(map(str, reach['thresholds_checked']))}")
+    if reach and reach.get("thresholds_left"):
+        note += (f"; NOT CHECKED here: {reach['dim']} = {', '.join(map(str, reach['thresholds_left'][:6]))} (the "
+                 "source's thresholds past the plan's cap, over the interpreter's budget; the gate on a GPU checks "
+                 "them)")
     left = len(coverage.missing(runner.exempt, runner.seen, not device.is_cuda())) if runner.exempt else 0
     if left:  # a target's unchanged statements no input reached here (coverage.incumbents)
         note += (f"; {left} coverage site(s) in statements kept verbatim from the incumbent were not reached here "
@@ -455,6 +463,34 @@ REACH_BUDGET_S = 30.0  # estimated interpreter seconds the call at production's 
 # L = 8191 costs seconds; an 8191-row rmsnorm ~60 s on 2 cores, so that one is stated instead)
 
 
+def _crossings(runner: _Runner, planned, skipped: dict[str, str], slots: list, cover: Cover, dim: str,
+               est_s) -> tuple[list[int], list[int]]:
+    """One call at each size that crosses a threshold of the source past the plan's cap (T-1, T, T+1 for each, and
+    T // N: autokernel/gate/thresholds.py), the cheapest first, while their estimated seconds fit REACH_BUDGET_S:
+    `row // 1500` or `(M // 3000) % 4` in arithmetic, exact at every size the plan and the production-maximum call
+    reach, is judged on the far side of its threshold. (sizes checked, sizes left for a GPU)."""
+    high = {t for t in cover.thresholds if t + 1 > cover.max_rows}
+    if not high:
+        return [], []
+    shapes = [p[0] for p in planned]
+    allowed = set(thresholds.rows(high, schedule.range_dim(spec := runner.spec, shapes)[1], dim,
+                                  cover.production_rows))
+    beyond = {v for t in high for v in (t, t + 1)}  # a threshold's far side first: T - 1 is the side the plan knows
+    todo = sorted((s for s in schedule.range_shapes(spec, shapes, runner.seed, cover.production_rows, high)
+                   if s[dim] in allowed and s[dim] > cover.max_rows), key=lambda s: (s[dim] not in beyond, s[dim]))
+    done, spent = [], 0.0
+    for s in todo:
+        if spent + est_s(s) > REACH_BUDGET_S:
+            break
+        spent += est_s(s)
+        done.append(s)
+    if done:
+        cases = [(s, planned[0][1], "mixed", schedule.SINGLE) for s in done]
+        start = len(planned) + runner.steered + 1  # after the production-maximum call's case (_reach)
+        run_chunks(runner, _chunked(runner, cases, skipped, len(slots), start), slots)
+    return [s[dim] for s in done if json_shape(s) not in skipped], [s[dim] for s in todo[len(done):]]
+
+
 def _reach(runner: _Runner, planned, skipped: dict[str, str], slots: list, cover: Cover) -> dict:
     """One call at production's maximum of the range dimension when the plan stopped short of it (the interpreter's
     row cap), if its estimated time (the candidate's measured speed, per_call_model) fits REACH_BUDGET_S: a kernel
@@ -476,12 +512,18 @@ def _reach(runner: _Runner, planned, skipped: dict[str, str], slots: list, cover
     big = max(runner.shape_of, key=lambda k: schedule.cost(spec, runner.shape_of[k]), default=None)
     if big is None:
         return {}
-    est = runner.call_s[big] * schedule.cost(spec, shape) / max(schedule.cost(spec, runner.shape_of[big]), 1)
+
+    def est_s(s: dict) -> float:
+        return runner.call_s[big] * schedule.cost(spec, s) / max(schedule.cost(spec, runner.shape_of[big]), 1)
+
+    crossed, left = _crossings(runner, planned, skipped, slots, cover, dim, est_s)
+    est = est_s(shape)
     # the job holds the inputs and outputs several times over (guard-byte copies, the saved outputs, the result
     # frame) on top of torch and Triton: within the sandbox's memory or not made (a failure would be a verdict)
     need_mb = REACH_BASE_MB + REACH_COPIES * spec.bytes_moved(shape, planned[0][1]) / (1 << 20)
     out = {"dim": dim, "rows": shape[dim], "vouched": cover.max_rows, "production": cover.production_rows,
-           "est_s": round(est, 1), "need_mb": round(need_mb), "checked": False}
+           "est_s": round(est, 1), "need_mb": round(need_mb), "checked": False, "thresholds_checked": crossed,
+           "thresholds_left": left}
     fits = need_mb <= float(getattr(runner.limits, "memory_mb", float("inf")))
     if est <= REACH_BUDGET_S and fits and json_shape(shape) not in {json_shape(s) for s in shapes}:
         run_chunks(runner, _chunked(runner, [case], skipped, len(slots), len(planned) + runner.steered), slots)

@@ -75,11 +75,12 @@ def _sandboxed(spec, copy: Path, job_dir: Path, policy: Policy, shapes, dtypes, 
     max_rows = policy.gate.max_rows  # under the CPU interpreter at most max_rows_interpreter (policy.py)
     if not torch.cuda.is_available():
         max_rows = min(max_rows, policy.gate.max_rows_interpreter)
-    planned = numeric.plan(spec, shapes, dtypes, dists, seed, max_rows, thresholds.extract(source))
+    found = thresholds.extract(source)
+    planned = numeric.plan(spec, shapes, dtypes, dists, seed, max_rows, found)
     if len(planned) > MAX_PLAN_CASES:  # a backstop: thresholds and steering are capped where they are made
         return [StageResult.fail("numeric", "numeric.budget", f"the plan has {len(planned)} cases, more than a "
                                  f"verdict may run ({MAX_PLAN_CASES}): fewer shapes, or fewer constants compared")]
-    cover = numeric.Cover(policy.gate.coverage_cases, max_rows, policy.gate.max_rows) \
+    cover = numeric.Cover(policy.gate.coverage_cases, max_rows, policy.gate.max_rows, frozenset(found)) \
         if policy.gate.require_coverage else None
     runtime, num = _timed(numeric.run, spec, copy, job_dir, _capped(policy.sandbox, deadline), seed, planned,
                           None, policy.gate.require_bitwise_determinism, cover)

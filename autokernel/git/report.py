@@ -123,11 +123,20 @@ def reach_line(gate: dict) -> str | None:
     short of it: the interpreter's row cap, a call past it too slow to make on this machine."""
     num = next((s for s in gate.get("stages", []) if s.get("name") == "numeric"), None) or {}
     r = (num.get("metrics") or {}).get("reach")
-    if not isinstance(r, dict) or r.get("checked"):
+    if not isinstance(r, dict):
         return None
+    left = r.get("thresholds_left") if isinstance(r.get("thresholds_left"), list) else []
+    sizes = f"; nor at {r.get('dim')} = {', '.join(map(str, left[:6]))}, where the kernel's thresholds fall" \
+        if left else ""
+    if r.get("checked") and not left:
+        return None
+    if r.get("checked"):
+        return (f"- NOT CHECKED at {r.get('dim')} = {', '.join(map(str, left[:6]))}, where the kernel's thresholds "
+                "fall past the Triton interpreter's row cap (over its time budget); rerun `autokernel verify` where "
+                "kernels compile before relying on it there")
     return (f"- NOT CHECKED past {r.get('dim')} = {r.get('vouched')} of production's {r.get('production')} (one call "
-            f"there would take ~{r.get('est_s')} s under the Triton interpreter); rerun `autokernel verify` where "
-            "kernels compile before relying on it there")
+            f"there would take ~{r.get('est_s')} s under the Triton interpreter){sizes}; rerun `autokernel verify` "
+            "where kernels compile before relying on it there")
 
 
 def title(w: Win) -> str:

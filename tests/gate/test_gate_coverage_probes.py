@@ -163,6 +163,8 @@ def test_the_commit_says_what_the_numeric_stage_did_not_reach():
     assert "NOT CHECKED past M = 1024 of production's 8192" in report.reach_line(gate)
     gate["stages"][0]["metrics"]["reach"]["checked"] = True
     assert report.reach_line(gate) is None
+    gate["stages"][0]["metrics"]["reach"]["thresholds_left"] = [2047, 2048]
+    assert "NOT CHECKED at M = 2047, 2048, where the kernel's thresholds fall" in report.reach_line(gate)
 
 
 @pytest.mark.slow

@@ -52,3 +52,21 @@ def test_every_autotune_config_is_judged_at_every_shape(tmp_path, monkeypatch):
     assert not v.accepted and v.reason == "numeric.mismatch" and "autotune config #2" in v.detail, v.detail
     monkeypatch.setattr(coverage, "autotune_variants", lambda source: 1)
     assert run(tmp_path / "keyed").accepted
+
+
+def test_a_threshold_past_the_cpu_cap_is_crossed(tmp_path, monkeypatch):
+    """An rmsnorm that zeroes every row when (M // 1100) % 2 == 1: exact up to the interpreter's cap (1024 rows) and
+    at production's maximum (~2950 of max_rows 3000). The calls at the sizes crossing the source's thresholds past
+    the cap (numeric._crossings) reject it; without them (the second verify) it is accepted and vouched for up to
+    production. The reach budget is lifted so the verdict does not depend on this machine's speed."""
+    from autokernel.gate import numeric
+    monkeypatch.setattr(numeric, "REACH_BUDGET_S", 1e9)
+    fx = next(f for f in fixtures() if f.id == "rmsnorm/reach_m_window_past_cap")
+    run = lambda d: verify(fx.op, fx.path, run_dir=d, shapes=QUICK_SHAPES[fx.op], dtypes=QUICK_DTYPES,  # noqa: E731
+                           dists=fx.dists, stages=[], policy=Policy(gate={"max_rows": fx.max_rows}))
+    v = run(tmp_path / "crossed")
+    assert not v.accepted and v.reason == "numeric.mismatch" and "M=110" in v.detail, v.detail
+    monkeypatch.setattr(numeric, "_crossings", lambda *a, **k: ([], []))
+    v = run(tmp_path / "uncrossed")
+    assert v.accepted, v.detail
+    assert v.stages[2].metrics["reach"]["checked"], v.stages[2].metrics
