@@ -78,8 +78,8 @@ def worker_models(llm: Model | list[Model], settings: policy_mod.Agent,
     naming the model the first one settled on (a server's first: its models are listed once per run, not per
     worker)."""
     given = list(llm) if isinstance(llm, (list, tuple)) else [llm]
-    settled = getattr(given[0], "model", None)
-    if settings.model is None and settings.provider != "search" and isinstance(settled, str):
+    settled = given[0].model
+    if settings.model is None and settings.provider != "search" and settled is not None:
         settings = settings.model_copy(update={"model": settled})
     return given[:settings.workers] + [make_model(settings, seed=i, bench=bench)
                                        for i in range(len(given), settings.workers)]

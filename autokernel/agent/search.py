@@ -224,6 +224,7 @@ class SearchModel:
             from autokernel import device
             interpreter = device.kind() == "cpu-interpreter"
         self.seed, self.name, self.prices = seed, f"search:seed={seed}", None
+        self.model: str | None = None  # no server
         self.interpreter, self.clock = interpreter, clock
         self.min_speedup = Bench().min_speedup if min_speedup is None else min_speedup
         self.source: str | None = None

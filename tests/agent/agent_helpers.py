@@ -104,7 +104,7 @@ class ScriptedModel:
 
     def __init__(self, replies: list[dict], on_query=None):
         self.replies, self.on_query = list(replies), on_query
-        self.name, self.prices = "scripted", None
+        self.name, self.prices, self.model = "scripted", None, None
         self.seen: list[list[dict]] = []
         self.time_left: list[float | None] = []  # the deadline the loop passed with each query
 

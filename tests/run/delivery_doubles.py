@@ -41,7 +41,7 @@ def turn(text: str, *calls: tuple) -> dict:
 
 
 class ScriptedModel:
-    name, prices = "scripted:test", None
+    name, prices, model = "scripted:test", None, None
 
     def __init__(self, replies: list[dict]):
         self.replies = list(replies)

@@ -135,7 +135,7 @@ def test_a_gate_pass_with_time_left_is_benchmarked_in_the_session(clone, tmp_pat
 
 
 class Silent:
-    name, prices = "scripted:silent", None
+    name, prices, model = "scripted:silent", None, None
 
     def query(self, messages, tools, time_left_s=None):
         raise TimeoutError("openai: no complete reply before the wall-clock budget ran out")

@@ -63,6 +63,11 @@ class Model(Protocol):
         """price(): USD per million input and output tokens, and where the row came from; None: free (the search)."""
         ...
 
+    @property
+    def model(self) -> str | None:
+        """The model id sent to the server (a server's first listed one when none was named); None: no server."""
+        ...
+
     def query(self, messages: list[dict], tools: list[dict], time_left_s: float | None = None) -> dict:
         """The next assistant message (neutral format, with usage) for this conversation and these tools, within
         time_left_s seconds (None: no deadline) or OutOfTime."""
