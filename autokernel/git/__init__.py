@@ -83,16 +83,26 @@ class _Git(gitpython.Git):
         self.set_persistent_git_options(c=list(NO_HOOKS))
 
     def execute(self, command: Any, istream: Any = None, with_extended_output: bool = False,
-                with_exceptions: bool = True, *_: Any, kill_after_timeout: float | None = None, env: Any = None,
+                with_exceptions: bool = True, as_process: bool = False, output_stream: Any = None,
+                stdout_as_string: bool = True, kill_after_timeout: float | None = None, *_: Any, env: Any = None,
                 **__: Any) -> Any:
-        """The subset of GitPython's execute that delivery uses: stdin bytes, a timeout, (status, stdout, stderr)
-        or stdout; GitCommandError on failure unless with_exceptions is False."""
-        p = subprocess.run(command, cwd=self.cwd, input=istream, capture_output=True, timeout=kill_after_timeout,
-                           env={**_env(self.for_push), **(env or {})})
+        """GitPython's execute, as much of it as delivery and Repo's readers use: stdin bytes (or a file, or the pipe
+        of GitPython's long-lived cat-file), a timeout, stdout or (status, stdout, stderr), a process for
+        as_process; GitCommandError on failure unless with_exceptions is False."""
+        if output_stream is not None:
+            raise NotImplementedError("autokernel.git._Git: output_stream")
+        env = {**_env(self.for_push), **(env or {})}
+        stdin = {"input": istream} if isinstance(istream, bytes) else {"stdin": istream or subprocess.DEVNULL}
+        if as_process:
+            proc = subprocess.Popen(command, cwd=self.cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    stdin=subprocess.DEVNULL if istream is None else istream)
+            return self.AutoInterrupt(proc, command)
+        p = subprocess.run(command, cwd=self.cwd, capture_output=True, timeout=kill_after_timeout, env=env, **stdin)
         if with_exceptions and p.returncode != 0:
             raise gitpython.GitCommandError(command, p.returncode, p.stderr, p.stdout)
-        out = p.stdout.decode(errors="replace").removesuffix("\n")
-        return (p.returncode, out, p.stderr.decode(errors="replace")) if with_extended_output else out
+        out = p.stdout.removesuffix(b"\n")
+        text = out.decode(errors="replace") if stdout_as_string else out
+        return (p.returncode, text, p.stderr.decode(errors="replace")) if with_extended_output else text
 
 
 class _Repo(gitpython.Repo):

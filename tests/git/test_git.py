@@ -197,3 +197,6 @@ def test_the_repos_git_wrapper_is_guarded_too(repo, monkeypatch):
     assert sorted(p.name for p in marks.iterdir()) == []
     seen = r.git(c="alias.envdump=!env").envdump()
     assert "GIT_CONFIG_NOSYSTEM=1" in seen and "canary-7f3a91" not in seen
+    # GitPython's readers work through it (a long-lived cat-file, a streamed rev-list)
+    assert [c.message.strip() for c in r.iter_commits()] == ["through the wrapper", "init"]
+    assert r.head.commit.tree["kernels/rmsnorm.py"].data_stream.read() == b"old\n"
