@@ -409,9 +409,9 @@ def run(spec: OpSpec, candidate: Path, job_dir: Path, limits, seed: int, planned
         note += (f"; vouched up to {reach['dim']} = {reach['vouched']} of production's {reach['production']} "
                  f"(a call at {reach['rows']} would take ~{reach['est_s']:.0f} s under the interpreter and "
                  f"~{reach['need_mb']} MB; the gate on a GPU checks it)")
-    if reach and reach.get("thresholds_checked"):
-        note += (f"; the source's thresholds crossed past the plan's cap at {reach['dim']} = "
-                 f"{', '.join(map(str, reach['thresholds_checked']))}")
+    if reach and reach.get("past_cap_checked"):
+        note += (f"; past the plan's cap also at {reach['dim']} = {', '.join(map(str, reach['past_cap_checked']))} "
+                 "(the source's thresholds crossed, a secret size per octave)")
     if reach and reach.get("thresholds_left"):
         note += (f"; NOT CHECKED here: {reach['dim']} = {', '.join(map(str, reach['thresholds_left'][:6]))} (the "
                  "source's thresholds past the plan's cap, over the interpreter's budget; the gate on a GPU checks "
@@ -460,35 +460,49 @@ def _steer(runner: _Runner, planned, skipped: dict[str, str], slots: list, cover
 REACH_BASE_MB, REACH_COPIES = 1024, 8  # a numeric job's own footprint (torch, Triton, the interpreter: ~700 MB of
 # address space measured) and how many times it holds a call's bytes at most
 REACH_BUDGET_S = 30.0  # estimated interpreter seconds the call at production's maximum may take (a decode call at
-# L = 8191 costs seconds; an 8191-row rmsnorm ~60 s on 2 cores, so that one is stated instead)
+# L = 8191 costs seconds; an 8191-row rmsnorm ~60 s on 2 cores, so that one is stated instead), and, apart, the calls
+# crossing the source's thresholds past the cap
+REACH_SAMPLE_BUDGET_S = 10.0  # ... and the secret sizes past the cap (one per octave): paid by every CPU verdict
+# whose plan stops short of production (~1,500 rmsnorm rows), so kept small
 
 
 def _crossings(runner: _Runner, planned, skipped: dict[str, str], slots: list, cover: Cover, dim: str,
                est_s) -> tuple[list[int], list[int]]:
-    """One call at each size that crosses a threshold of the source past the plan's cap (T-1, T, T+1 for each, and
-    T // N: autokernel/gate/thresholds.py), the cheapest first, while their estimated seconds fit REACH_BUDGET_S:
-    `row // 1500` or `(M // 3000) % 4` in arithmetic, exact at every size the plan and the production-maximum call
-    reach, is judged on the far side of its threshold. (sizes checked, sizes left for a GPU)."""
+    """Calls past the plan's cap, cheapest first, while their estimated seconds fit REACH_BUDGET_S: first one at each
+    size crossing a threshold of the source there (T, T+1, then T-1, and T // N: autokernel/gate/thresholds.py), so
+    `(M // 1100) % 2` in arithmetic, exact at every size the plan and the production-maximum call reach, is judged on
+    the far side of its threshold; then one secret size in each octave from the cap to production (a window keyed
+    on a size derived from other dimensions, with no literal to find). (sizes checked, threshold sizes left for a
+    GPU)."""
+    spec, shapes = runner.spec, [p[0] for p in planned]
     high = {t for t in cover.thresholds if t + 1 > cover.max_rows}
-    if not high:
-        return [], []
-    shapes = [p[0] for p in planned]
-    allowed = set(thresholds.rows(high, schedule.range_dim(spec := runner.spec, shapes)[1], dim,
-                                  cover.production_rows))
+    allowed = set(thresholds.rows(high, schedule.at_rows(spec, shapes, 1), dim, cover.production_rows))
     beyond = {v for t in high for v in (t, t + 1)}  # a threshold's far side first: T - 1 is the side the plan knows
     todo = sorted((s for s in schedule.range_shapes(spec, shapes, runner.seed, cover.production_rows, high)
                    if s[dim] in allowed and s[dim] > cover.max_rows), key=lambda s: (s[dim] not in beyond, s[dim]))
-    done, spent = [], 0.0
-    for s in todo:
-        if spent + est_s(s) > REACH_BUDGET_S:
-            break
-        spent += est_s(s)
-        done.append(s)
+    r, lo, octaves = random.Random(_derive(runner.seed, "past-cap")), cover.max_rows, []
+    while lo < cover.production_rows:
+        hi = min(2 * lo, cover.production_rows)
+        octaves.append(schedule.at_rows(spec, shapes, min(r.randrange(lo + 1, hi + 1) | 1, hi)))
+        lo = hi
+    done = _within(todo, est_s, REACH_BUDGET_S)
+    done += _within(octaves, est_s, REACH_SAMPLE_BUDGET_S)
     if done:
         cases = [(s, planned[0][1], "mixed", schedule.SINGLE) for s in done]
         start = len(planned) + runner.steered + 1  # after the production-maximum call's case (_reach)
         run_chunks(runner, _chunked(runner, cases, skipped, len(slots), start), slots)
-    return [s[dim] for s in done if json_shape(s) not in skipped], [s[dim] for s in todo[len(done):]]
+    return [s[dim] for s in done if json_shape(s) not in skipped], [s[dim] for s in todo if s not in done]
+
+
+def _within(shapes: list[dict], est_s, budget_s: float) -> list[dict]:
+    """The first shapes whose estimated seconds add up to at most budget_s."""
+    out, spent = [], 0.0
+    for s in shapes:
+        if spent + est_s(s) > budget_s:
+            break
+        spent += est_s(s)
+        out.append(s)
+    return out
 
 
 def _reach(runner: _Runner, planned, skipped: dict[str, str], slots: list, cover: Cover) -> dict:
@@ -522,7 +536,7 @@ def _reach(runner: _Runner, planned, skipped: dict[str, str], slots: list, cover
     # frame) on top of torch and Triton: within the sandbox's memory or not made (a failure would be a verdict)
     need_mb = REACH_BASE_MB + REACH_COPIES * spec.bytes_moved(shape, planned[0][1]) / (1 << 20)
     out = {"dim": dim, "rows": shape[dim], "vouched": cover.max_rows, "production": cover.production_rows,
-           "est_s": round(est, 1), "need_mb": round(need_mb), "checked": False, "thresholds_checked": crossed,
+           "est_s": round(est, 1), "need_mb": round(need_mb), "checked": False, "past_cap_checked": crossed,
            "thresholds_left": left}
     fits = need_mb <= float(getattr(runner.limits, "memory_mb", float("inf")))
     if est <= REACH_BUDGET_S and fits and json_shape(shape) not in {json_shape(s) for s in shapes}:

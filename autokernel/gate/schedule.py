@@ -146,8 +146,19 @@ def range_shapes(spec: OpSpec, traced: list[dict[str, int]], seed: int, max_rows
         top = max_rows - r.randrange(0, max(max_rows // 64, 1))
         values.add(top if top % 2 or top == 1 else top - 1)
     values |= set(_thresholds.rows(set(thresholds), base, dim, max_rows))
-    tied = RANGE_OVERRIDES.get(spec.name, NO_OVERRIDE)[2]
-    return [{**base, dim: v, **{t: v for t in tied}} for v in sorted(values)]
+    return [_at(spec, dim, base, v) for v in sorted(values)]
+
+
+def _at(spec: OpSpec, dim: str, base: dict[str, int], v: int) -> dict[str, int]:
+    tied = RANGE_OVERRIDES.get(spec.name, NO_OVERRIDE)[2]  # dimensions that take the range value too
+    return {**base, dim: v, **{t: v for t in tied}}
+
+
+def at_rows(spec: OpSpec, traced: list[dict[str, int]], v: int) -> dict[str, int]:
+    """The range shape (range_dim) with its range dimension at v; range_dim must not be None for these shapes."""
+    picked = range_dim(spec, traced)
+    assert picked is not None, spec.name
+    return _at(spec, *picked, v)
 
 
 def plan(spec: OpSpec, shapes: list[dict] | None, dtypes: list[torch.dtype] | None, dists: list[str] | None,

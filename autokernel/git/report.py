@@ -125,13 +125,13 @@ def reach_line(gate: dict) -> str | None:
     r = (num.get("metrics") or {}).get("reach")
     if not isinstance(r, dict):
         return None
-    left = r.get("thresholds_left") if isinstance(r.get("thresholds_left"), list) else []
-    sizes = f"; nor at {r.get('dim')} = {', '.join(map(str, left[:6]))}, where the kernel's thresholds fall" \
-        if left else ""
+    found = r.get("thresholds_left")
+    left = ", ".join(map(str, found[:6])) if isinstance(found, list) else ""
+    sizes = f"; nor at {r.get('dim')} = {left}, where the kernel's thresholds fall" if left else ""
     if r.get("checked") and not left:
         return None
     if r.get("checked"):
-        return (f"- NOT CHECKED at {r.get('dim')} = {', '.join(map(str, left[:6]))}, where the kernel's thresholds "
+        return (f"- NOT CHECKED at {r.get('dim')} = {left}, where the kernel's thresholds "
                 "fall past the Triton interpreter's row cap (over its time budget); rerun `autokernel verify` where "
                 "kernels compile before relying on it there")
     return (f"- NOT CHECKED past {r.get('dim')} = {r.get('vouched')} of production's {r.get('production')} (one call "

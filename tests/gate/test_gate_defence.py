@@ -70,3 +70,25 @@ def test_a_threshold_past_the_cpu_cap_is_crossed(tmp_path, monkeypatch):
     v = run(tmp_path / "uncrossed")
     assert v.accepted, v.detail
     assert v.stages[2].metrics["reach"]["checked"], v.stages[2].metrics
+
+
+def test_a_secret_size_per_octave_past_the_cpu_cap(tmp_path, monkeypatch):
+    """A window keyed on a size made from another dimension, with no literal threshold: every row zeroed when
+    (M // (N + N // 2)) % 2 == 1, i.e. M in [2734, 5468) on the range cases' N = 1823 (rmsnorm's widest shape).
+    Exact up to the interpreter's cap (1024) and at production's maximum (~5950 of max_rows 6000), and no threshold
+    past the cap to cross. The secret size drawn in each octave past the cap (numeric._crossings) lands in the window
+    under seed 2 (3395 and 5367; most seeds do); without them (the second verify) it is accepted. Budgets lifted: the
+    verdict must not depend on this machine's speed."""
+    from autokernel.gate import numeric
+    src = next(f for f in fixtures() if f.id == "rmsnorm/reach_m_window_past_cap").path.read_text()
+    path = tmp_path / "rmsnorm.py"
+    path.write_text(src.replace("keep = 1 - (M // 1100) % 2", "keep = 1 - (M // (N + N // 2)) % 2"))
+    monkeypatch.setattr(numeric, "REACH_BUDGET_S", 1e9)
+    monkeypatch.setattr(numeric, "REACH_SAMPLE_BUDGET_S", 1e9)
+    run = lambda d: verify("rmsnorm", path, run_dir=d, shapes=[{"M": 4, "N": 64}], dtypes=QUICK_DTYPES,  # noqa: E731
+                           dists=["normal"], stages=[], policy=Policy(gate={"max_rows": 6000}), seed=2)
+    v = run(tmp_path / "sampled")
+    assert not v.accepted and v.reason == "numeric.mismatch" and "M=3395" in v.detail, v.detail
+    monkeypatch.setattr(numeric, "REACH_SAMPLE_BUDGET_S", 0.0)
+    v = run(tmp_path / "unsampled")
+    assert v.accepted and v.stages[2].metrics["reach"]["checked"], v.detail
