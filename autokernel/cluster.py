@@ -95,7 +95,7 @@ class Executor(Protocol):
         ...
 
     def measure(self, op: str, candidates: list[Path], cases: list[dict], policy: Policy, job_root: Path,
-                incumbent: Path | None = None) -> Measurement:
+                incumbent: Path) -> Measurement:
         """bench.measure.measure with the same arguments: one benchmark at a time on a device."""
         ...
 
@@ -152,7 +152,7 @@ class Local:
         return verify(op, candidate, **kw)
 
     def measure(self, op: str, candidates: list[Path], cases: list[dict], policy: Policy, job_root: Path,
-                incumbent: Path | None = None) -> Measurement:
+                incumbent: Path) -> Measurement:
         from autokernel.bench.measure import measure
         with self._bench:
             return measure(op, candidates, cases, policy, job_root, incumbent=incumbent)
@@ -230,10 +230,9 @@ class RayCluster:
         return res.value
 
     def measure(self, op: str, candidates: list[Path], cases: list[dict], policy: Policy, job_root: Path,
-                incumbent: Path | None = None) -> Measurement:
-        from autokernel.paths import INSTALLED_LAYOUT
+                incumbent: Path) -> Measurement:
         ray = _ray()
-        incumbent = Path(incumbent) if incumbent is not None else INSTALLED_LAYOUT.kernels / f"{op}.py"
+        incumbent = Path(incumbent)
         files = [(Path(c).name, Path(c).read_bytes()) for c in candidates]
         task = ray.remote(bench_on_node).options(**self._options("bench"))
         res = self._gather([task.remote(op, files, incumbent.read_bytes(), cases, policy)], "bench")[0]

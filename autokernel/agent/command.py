@@ -86,13 +86,14 @@ def worker_models(llm: Model | list[Model], settings: policy_mod.Agent,
 
 
 def start(op: str, settings: policy_mod.Agent, llm: Model | list[Model], evaluator: Evaluator, run_dir: Path, *,
-          trace: str | Path | None = None, kernel_file: Path | None = None, echo=print,
+          trace: str | Path | None = None, kernel_file: Path, echo=print,
           ledger: Ledger | None = None, bench: policy_mod.Bench | None = None,
           executor: futures.Executor | None = None,
           sandbox: policy_mod.Sandbox | None = None) -> tuple[Result, Session]:
     """Run one session, or agent.workers sessions at once (agent/workers.py: `executor` takes the gate jobs, default
     this machine's sandbox slots under `sandbox`, the run's sandbox policy); the Session that found the best
-    candidate comes back too (its messages hold the model's own account of its work)."""
+    candidate comes back too (its messages hold the model's own account of its work). `kernel_file`: the target
+    checkout's kernels/<op>.py, the incumbent the prompt shows."""
     trace_data = None
     if trace is not None:
         from autokernel.profile.trace import load_trace

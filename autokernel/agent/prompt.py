@@ -20,13 +20,10 @@ import yaml
 from autokernel import device, paths
 from autokernel import ops as opspecs
 from autokernel.agent import context
-from autokernel.errors import UserError
 from autokernel.ops import tolerance
-from autokernel.paths import INSTALLED_LAYOUT
 from autokernel.policy import Agent as AgentPolicy
 
 PROMPTS = Path(__file__).parent / "prompts"
-KERNELS = INSTALLED_LAYOUT.kernels
 
 
 @lru_cache(maxsize=1)
@@ -52,13 +49,6 @@ class Prompt:
     kernel: str
     spec: str
     context: dict
-
-
-def kernel_path(op: str) -> Path:
-    path = KERNELS / f"{op}.py"
-    if not path.is_file():
-        raise UserError(f"{path}: no kernel file for op {op!r}; the agent rewrites files under kernels/")
-    return path
 
 
 def kernel_text(path: Path) -> str:
@@ -169,11 +159,10 @@ def feedback_text(fb, submissions_left: int, wall_s_left: float) -> str:
     return json.dumps(d, indent=1, default=str)
 
 
-def build(op: str, policy: AgentPolicy, trace: Mapping[str, Any] | None = None,
-          kernel_file: Path | None = None) -> Prompt:
-    """kernel_file: the target checkout's kernels/<op>.py (autokernel.paths); default: the installed project's."""
+def build(op: str, policy: AgentPolicy, trace: Mapping[str, Any] | None = None, *, kernel_file: Path) -> Prompt:
+    """kernel_file: the target checkout's kernels/<op>.py (autokernel.paths: the caller's layout names it)."""
     spec = opspecs.get(op)
-    path = Path(kernel_file) if kernel_file is not None else kernel_path(op)
+    path = Path(kernel_file)
     roof = roofline()
     shapes, shapes_source = corpus(op, trace)
     rows = shape_rows(op, shapes, roof)

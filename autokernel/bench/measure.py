@@ -21,7 +21,7 @@ from autokernel.bench.results import (  # re-exported: the bench's public names 
 from autokernel.bench.rounds import measure_rounds
 from autokernel.errors import UserError
 from autokernel.ops import OPS, get
-from autokernel.paths import INSTALLED_LAYOUT, read_python
+from autokernel.paths import read_python
 from autokernel.policy import Policy
 
 __all__ = ["CPU_LABEL", "MIN_MS", "FileResult", "IncumbentFailed", "Measurement", "ShapeResult", "check_inputs",
@@ -29,14 +29,13 @@ __all__ = ["CPU_LABEL", "MIN_MS", "FileResult", "IncumbentFailed", "Measurement"
 
 
 def measure(op: str, candidates: list[Path], cases: list[dict], policy: Policy, job_root: Path,
-            incumbent: Path | None = None) -> Measurement:
+            incumbent: Path) -> Measurement:
     """Time the incumbent against the candidates: A/B rounds in which every file runs in a fresh sandboxed process
     of its own (autokernel.bench.rounds), judged here by `judge`. cases: [{"shape": {...}, "calls": n, "dtype":
-    "float32"}]. `incumbent` is the target checkout's kernels/<op>.py (autokernel.paths; default: the installed
-    project's). Raises IncumbentFailed when the incumbent's own job fails (exit 2: no verdict is possible).
+    "float32"}]. `incumbent` is the target checkout's kernels/<op>.py (autokernel.paths: the caller names it).
+    Raises IncumbentFailed when the incumbent's own job fails (exit 2: no verdict is possible).
     """
-    incumbent = Path(incumbent) if incumbent is not None else INSTALLED_LAYOUT.kernels / f"{op}.py"
-    return measure_rounds(op, [Path(c) for c in candidates], cases, policy, job_root, incumbent)
+    return measure_rounds(op, [Path(c) for c in candidates], cases, policy, job_root, Path(incumbent))
 
 
 def check_inputs(op: str, candidates: list[Path], incumbent: Path, root: Path) -> None:

@@ -57,34 +57,34 @@ def backend() -> str:
     return "triton" if device.is_cuda() else "reference"
 
 
-def _others(kernels_dir: Path | None, skip: str | None = None) -> dict[str, str]:
+def _others(kernels_dir: Path, skip: str | None = None) -> dict[str, str]:
     """On CUDA, the target checkout's kernels (autokernel.paths) for every other op, when that is not the installed
-    project: the engine around the candidate is the one the commit will land in. On CPU every other op runs its
-    reference (module docstring), so there is nothing to swap."""
-    installed = INSTALLED_LAYOUT.kernels.resolve()
-    if backend() != "triton" or kernels_dir is None or Path(kernels_dir).resolve() == installed:
+    project (whose kernels/ the engine imports anyway): the engine around the candidate is the one the commit will
+    land in. On CPU every other op runs its reference (module docstring), so there is nothing to swap."""
+    if backend() != "triton" or Path(kernels_dir).resolve() == INSTALLED_LAYOUT.kernels.resolve():
         return {}
     from autokernel.ops import OPS
     files = {o: Path(kernels_dir) / f"{o}.py" for o in OPS if o != skip}
     return {o: str(f) for o, f in files.items() if f.is_file()}
 
 
-def _key(policy: Policy, kernels_dir: Path | None = None) -> str:
+def _key(policy: Policy, kernels_dir: Path) -> str:
     from autokernel.engine.gguf_model import embedded_model_path
     model = Path(policy.target.model) if policy.target.model else embedded_model_path()
     h = hashlib.sha256()
     h.update(json.dumps(["decode-v4", str(model), model.stat().st_size, policy.target.weights, policy.e2e.prompts,
                          policy.e2e.max_new_tokens, backend(), device.kind()]).encode())
     if backend() == "triton":  # on CPU the baseline engine runs no kernel file (module docstring)
-        for f in sorted(Path(kernels_dir or INSTALLED_LAYOUT.kernels).glob("*.py")):
+        for f in sorted(Path(kernels_dir).glob("*.py")):
             h.update(f.read_bytes())
     return h.hexdigest()[:16]
 
 
-def baseline(policy: Policy, kernels_dir: Path | None = None) -> dict:
-    """The unmodified engine's pass (autokernel/gate/e2e_child.py decode, then sampled): prompts, greedy tokens, the
-    real positions' logits, each op's calls by phase ("prefill", "decode", "sample") and call site (they plan the
-    candidate's job), the engine's own time per phase, and the noise floor (cached on disk)."""
+def baseline(policy: Policy, kernels_dir: Path) -> dict:
+    """The unmodified engine's pass (autokernel/gate/e2e_child.py decode, then sampled; its kernels: those of
+    `kernels_dir`, the target checkout's kernels/): prompts, greedy tokens, the real positions' logits, each op's
+    calls by phase ("prefill", "decode", "sample") and call site (they plan the candidate's job), the engine's own
+    time per phase, and the noise floor (cached on disk)."""
     path = _cache() / f"e2e-{_key(policy, kernels_dir)}.pt"
     if path.exists():
         return torch.load(path, weights_only=True)
@@ -386,8 +386,11 @@ def stage(op: str, candidate: Path, policy: Policy, job_dir: Path | None = None,
           kernels_dir: Path | None = None, measured: dict | None = None, deadline: float | None = None) -> StageResult:
     """The gate's end-to-end stage for `candidate` (the gate's own copy of the file) in slot `op`. `measured`: the
     numeric stage's metrics (per-call times by shape), which size the job (plan) and its time limit (job_limits);
-    `deadline`: the gate's overall deadline (time.monotonic() seconds), past which the job is cut."""
+    `deadline`: the gate's overall deadline (time.monotonic() seconds), past which the job is cut. `kernels_dir`:
+    the target checkout's kernels/ (gate.verify always passes it); None, for a test calling the stage alone: the
+    installed project's (paths.INSTALLED_LAYOUT), resolved here once."""
     t0 = time.perf_counter()
+    kernels_dir = Path(kernels_dir) if kernels_dir is not None else INSTALLED_LAYOUT.kernels
     job_dir = job_dir or candidate.parent / "e2e"  # the parent's evidence (sandbox.log); the candidate never sees it
     base = baseline(policy, kernels_dir)
     if not base["calls"].get(op) and policy.target.weights != "dequant":  # e.g. matmul with quantized weights
@@ -406,7 +409,7 @@ def stage(op: str, candidate: Path, policy: Policy, job_dir: Path | None = None,
                "capture_seed": secrets.randbits(63), "capture_p": CAPTURE_P, "site_phases": list(site_phases(g)),
                **({"sample": sample} if sample else {}),
                **({"sites": p["sites"]} if p["sites"] is not None else {}), **({"others": others} if others else {})}
-    ro_paths = ([Path(kernels_dir).resolve()] if others else []) + (
+    ro_paths = ([kernels_dir.resolve()] if others else []) + (
         [Path(policy.target.model).resolve()] if policy.target.model else [])
     limits = job_limits(policy, p["predicted_s"], deadline)
     shown = {k: (None if v is None else round(v, 1)) if k == "predicted_s" else v for k, v in p.items() if k != "sites"}

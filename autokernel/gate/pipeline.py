@@ -19,6 +19,7 @@ from autokernel import device
 from autokernel.gate import numeric, static, thresholds
 from autokernel.gate.verdict import StageResult, Verdict
 from autokernel.ops import get
+from autokernel.paths import INSTALLED_LAYOUT
 from autokernel.policy import Policy
 
 MAX_PLAN_CASES = 600  # a thorough plan is ~100 cases (+ at most 48 threshold rows and gate.coverage_cases steered)
@@ -27,15 +28,14 @@ MAX_PLAN_CASES = 600  # a thorough plan is ~100 cases (+ at most 48 threshold ro
 class Stage(Protocol):
     """A stage run after static, runtime and numeric have passed, in order (verify's `stages` replaces the default,
     the end-to-end stage alone, in tests). It is given the op, the gate's own copy of the candidate (the bytes that
-    were hashed) and the policy; by keyword the target's kernels/ (None: the installed project's), the numeric
-    stage's metrics (its per-call times size the stage's time limit) and the deadline (time.monotonic(); None:
-    none)."""
+    were hashed) and the policy; by keyword the target's kernels/ (verify resolves it once), the numeric stage's
+    metrics (its per-call times size the stage's time limit) and the deadline (time.monotonic(); None: none)."""
 
-    def __call__(self, op: str, candidate: Path, policy: Policy, *, kernels_dir: Path | None = None,
+    def __call__(self, op: str, candidate: Path, policy: Policy, *, kernels_dir: Path,
                  measured: dict | None = None, deadline: float | None = None) -> StageResult: ...
 
 
-def _e2e(op: str, candidate: Path, policy: Policy, *, kernels_dir: Path | None = None,
+def _e2e(op: str, candidate: Path, policy: Policy, *, kernels_dir: Path,
          measured: dict | None = None, deadline: float | None = None) -> StageResult:
     from autokernel.gate import e2e
     return e2e.stage(op, candidate, policy, kernels_dir=kernels_dir, measured=measured, deadline=deadline)
@@ -107,9 +107,11 @@ def verify(op: str, candidate_path: str | Path, *, shapes: list[dict] | None = N
     every dtype of the spec and every distribution. Raises KeyError for an unknown op, OSError for an unreadable
     candidate (the command turns both into exit code 2). kernels_dir: the target checkout's kernels/
     (autokernel.paths), whose <op>.py gives the launcher signature and whose other kernels the end-to-end engine
-    runs (default: the installed project's). time_left_s: the caller's deadline (an agent session's,
-    autokernel/agent/evaluate.py); each sandbox job then runs under the time left at its start, and a job cut by the
-    deadline, or a deadline passed before a job, raises TimeoutError (the caller's clock, not a verdict).
+    runs; None: the installed project's (paths.INSTALLED_LAYOUT), resolved here once and passed to every stage
+    (the default for callers that name no checkout: tests; the commands and the agent pass theirs). time_left_s:
+    the caller's deadline (an agent session's, autokernel/agent/evaluate.py); each sandbox job then runs under the
+    time left at its start, and a job cut by the deadline, or a deadline passed before a job, raises TimeoutError
+    (the caller's clock, not a verdict).
     """
     t0 = time.perf_counter()
     deadline = None if time_left_s is None else time.monotonic() + time_left_s
@@ -124,8 +126,8 @@ def verify(op: str, candidate_path: str | Path, *, shapes: list[dict] | None = N
     copy = job_dir / f"{op}.py"  # what the sandbox imports and later stages read: exactly the hashed bytes
     copy.write_bytes(source)
     results: list[StageResult] = []
-    reference = Path(kernels_dir) / f"{op}.py" if kernels_dir is not None else None
-    results.append(_timed(functools.partial(static.check_source, policy=policy), source, op, reference))
+    kernels = Path(kernels_dir) if kernels_dir is not None else INSTALLED_LAYOUT.kernels
+    results.append(_timed(functools.partial(static.check_source, policy=policy), source, op, kernels / f"{op}.py"))
     if results[-1].passed:
         results += _sandboxed(spec, copy, job_dir, policy, shapes, dtypes, dists, seed, source, deadline)
         _deadline_cut(results, deadline)
@@ -134,8 +136,8 @@ def verify(op: str, candidate_path: str | Path, *, shapes: list[dict] | None = N
             break
         _capped(policy.sandbox, deadline)  # TimeoutError when no time is left for it
         measured = next((r.metrics for r in results if r.name == "numeric"), None)
-        results.append(_timed(functools.partial(stage, kernels_dir=None if kernels_dir is None else Path(kernels_dir),
-                                                measured=measured, deadline=deadline), op, copy, policy))
+        results.append(_timed(functools.partial(stage, kernels_dir=kernels, measured=measured, deadline=deadline),
+                              op, copy, policy))
         _deadline_cut(results, deadline)
     accepted = all(r.passed for r in results)
     v = Verdict(op=op, candidate=str(candidate_path), candidate_sha256=sha,

@@ -49,10 +49,11 @@ def check_source(source: str | bytes, op: str, reference_launcher: Path | None =
                  allow_inline_asm: bool = False, policy: Policy | None = None, relative: bool = False) -> StageResult:
     """Parse a candidate for kernels/<op>.py against the grammar; the first finding by REASON_ORDER is the verdict.
 
-    reference_launcher: the incumbent kernels/<op>.py whose launcher signature the candidate must keep (default:
-    this project's). policy (its gate.allow_inline_asm) or allow_inline_asm: whether tl.inline_asm_elementwise
-    is allowed (policy field gate.allow_inline_asm; off by default). relative: a target checkout's kernel file
-    (autokernel/target/contract.py), `op` its launcher: what the incumbent file itself does is excused (excused)."""
+    reference_launcher: the incumbent kernels/<op>.py whose launcher signature the candidate must keep (the gate,
+    the bench and the targets pass the target checkout's; None: see find). policy (its gate.allow_inline_asm) or
+    allow_inline_asm: whether tl.inline_asm_elementwise is allowed (policy field gate.allow_inline_asm; off by
+    default). relative: a target checkout's kernel file (autokernel/target/contract.py), `op` its launcher: what
+    the incumbent file itself does is excused (excused)."""
     if policy is not None:
         allow_inline_asm = policy.gate.allow_inline_asm
     findings = find(source, op, reference_launcher, allow_inline_asm=allow_inline_asm, relative=relative)
@@ -69,7 +70,9 @@ def check_source(source: str | bytes, op: str, reference_launcher: Path | None =
 
 def find(source: str | bytes, op: str, reference_launcher: Path | None = None, *,
          allow_inline_asm: bool = False, relative: bool = False) -> list[Finding]:
-    """Every finding, most telling first (REASON_ORDER, then line)."""
+    """Every finding, most telling first (REASON_ORDER, then line). reference_launcher None (a test checking a
+    source alone; every library caller passes its checkout's file): the installed project's kernels/<op>.py
+    (paths.INSTALLED_LAYOUT), resolved here once."""
     if len(source) > MAX_SOURCE_BYTES:
         return [Finding("static.syntax", 0, f"{len(source)} bytes: larger than any kernel file "
                                             f"({MAX_SOURCE_BYTES} max)")]
@@ -79,7 +82,8 @@ def find(source: str | bytes, op: str, reference_launcher: Path | None = None, *
         return [Finding("static.syntax", e.lineno or 0, f"does not parse: {e.msg}")]
     except (ValueError, RecursionError, MemoryError) as e:
         return [Finding("static.syntax", 0, f"does not parse: {type(e).__name__}")]
-    incumbent = _incumbent(op, reference_launcher)
+    incumbent = _incumbent(reference_launcher if reference_launcher is not None
+                           else INSTALLED_LAYOUT.kernels / f"{op}.py")
     facts = Facts(op=op, allow_inline_asm=allow_inline_asm, reference=_reference(op, incumbent), relative=relative,
                   reinterpret=static_common.reinterpretations(incumbent) if incumbent else frozenset())
     try:
@@ -353,9 +357,8 @@ def _params(fn: ast.FunctionDef) -> dict:
             "annotations": {p.arg: p.annotation for p in a.posonlyargs + a.args + a.kwonlyargs}}
 
 
-def _incumbent(op: str, reference_launcher: Path | None) -> ast.Module | None:
-    """The incumbent kernels/<op>.py, parsed (trusted); None if there is none."""
-    path = reference_launcher or INSTALLED_LAYOUT.kernels / f"{op}.py"
+def _incumbent(path: Path) -> ast.Module | None:
+    """The incumbent kernels/<op>.py at `path`, parsed (trusted); None if there is none."""
     return static_common.parse(path.read_text()) if path.is_file() else None
 
 

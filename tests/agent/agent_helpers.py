@@ -10,7 +10,8 @@ from autokernel.agent.search import apply, find_knobs
 from autokernel.bench.measure import Measurement
 
 ROOT = Path(__file__).resolve().parents[2]
-INCUMBENT = (ROOT / "kernels" / "rmsnorm.py").read_text()
+KERNEL_FILE = ROOT / "kernels" / "rmsnorm.py"  # the incumbent the prompts show (prompt.build's kernel_file)
+INCUMBENT = KERNEL_FILE.read_text()
 # A correct rmsnorm planted slow: BLOCK_N=256 walks each 576-wide row in 3 chunks, twice (fixtures/ says why).
 PLANTED = (Path(__file__).parent / "fixtures" / "rmsnorm_small_block.py").read_text()
 

@@ -1,5 +1,6 @@
 """Fixtures of the agent tests; the helpers they share are in agent_helpers.py and fake_llm_api.py (same folder)."""
 import pytest
+from agent_helpers import KERNEL_FILE
 
 from autokernel.agent import prompt as prompt_mod
 from autokernel.policy import Agent as AgentPolicy
@@ -7,7 +8,7 @@ from autokernel.policy import Agent as AgentPolicy
 
 @pytest.fixture(scope="session")
 def rmsnorm_prompt():
-    return prompt_mod.build("rmsnorm", AgentPolicy())
+    return prompt_mod.build("rmsnorm", AgentPolicy(), kernel_file=KERNEL_FILE)
 
 
 @pytest.fixture

@@ -2,7 +2,7 @@
 and seconds), with every static finding; and the real sandboxed check on a wrong kernel (numeric findings)."""
 import json
 
-from agent_helpers import CHEAT, GOOD, INCUMBENT, ScriptedModel, StubEvaluator, turn
+from agent_helpers import CHEAT, GOOD, INCUMBENT, KERNEL_FILE, ScriptedModel, StubEvaluator, turn
 
 from autokernel.agent.evaluate import SandboxEvaluator
 from autokernel.agent.loop import Session
@@ -36,7 +36,8 @@ def session(tmp_path, replies, evaluator, **policy):
     p = Agent(**policy)
     clock = getattr(evaluator, "clock", Clock())
     model = ScriptedModel(replies)
-    return Session("rmsnorm", model, evaluator, build("rmsnorm", p), p, tmp_path, clock=clock), model
+    prompt = build("rmsnorm", p, kernel_file=KERNEL_FILE)
+    return Session("rmsnorm", model, evaluator, prompt, p, tmp_path, clock=clock), model
 
 
 def tool_replies(s):

@@ -3,11 +3,10 @@ import json
 from pathlib import Path
 
 import pytest
-from agent_helpers import StubEvaluator
+from agent_helpers import INCUMBENT, StubEvaluator
 from fake_llm_api import Call, FakeAPI, anthropic_turn
 
 from autokernel import device
-from autokernel.agent import prompt
 from autokernel.agent.command import run_session
 from autokernel.cli.agent import agent_command
 from autokernel.errors import UserError
@@ -85,7 +84,7 @@ def test_repo_that_is_not_an_autokernel_checkout_is_refused(tmp_path):
 def test_the_prompt_shows_the_target_checkouts_kernel(tmp_path):
     engine = tmp_path / "engine"
     (engine / "kernels").mkdir(parents=True)
-    (engine / "kernels" / "rmsnorm.py").write_text(prompt.kernel_path("rmsnorm").read_text()
+    (engine / "kernels" / "rmsnorm.py").write_text(INCUMBENT
                                                    + "# marker: the target checkout's rmsnorm\n")
     run_session("rmsnorm", "search", run_dir=tmp_path / "run", policy=Policy(), evaluator=StubEvaluator(),
                 echo=lambda s: None, repo=engine)

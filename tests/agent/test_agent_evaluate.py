@@ -5,7 +5,7 @@ import json
 from pathlib import Path
 
 import pytest
-from agent_helpers import CHEAT, GOOD, INCUMBENT
+from agent_helpers import CHEAT, GOOD, INCUMBENT, KERNEL_FILE
 
 import autokernel.bench.measure as bench_measure
 from autokernel import gate, paths
@@ -238,8 +238,9 @@ def test_the_loop_ends_as_spent_budget_when_the_evaluator_times_out(tmp_path, ti
     seen["gate_s"] = 100.0
     policy = Agent(max_wall_s=50.0)
     model = ScriptedModel([turn("", ("submit_candidate", {"source": GOOD}))])
-    s = Session("rmsnorm", model, SandboxEvaluator(tmp_path, clock=clock), build("rmsnorm", policy), policy,
-                tmp_path / "run", clock=clock)
+    prompt = build("rmsnorm", policy, kernel_file=KERNEL_FILE)
+    ev = SandboxEvaluator(tmp_path, clock=clock)
+    s = Session("rmsnorm", model, ev, prompt, policy, tmp_path / "run", clock=clock)
     r = s.run()
     assert r.status == "limit" and "during an evaluation" in r.detail and r.submitted == 1
     assert seen["verify"][0].sandbox.timeout_s == 50.0 and seen["bench"] == []

@@ -5,7 +5,7 @@ import json
 from dataclasses import replace
 
 import typer
-from agent_helpers import CHEAT, GOOD, ScriptedModel, StubEvaluator, turn
+from agent_helpers import CHEAT, GOOD, KERNEL_FILE, ScriptedModel, StubEvaluator, turn
 from typer.testing import CliRunner
 
 from autokernel.agent.evaluate import sha256
@@ -19,7 +19,8 @@ def session(tmp_path, name, sources, evaluator, ledger):
     p = Agent()
     model = ScriptedModel([turn("", ("submit_candidate", {"source": s})) for s in sources]
                           + [turn("", ("finish", {"summary": "done"}))])
-    s = Session("rmsnorm", model, evaluator, build("rmsnorm", p), p, tmp_path / name, ledger=ledger)
+    prompt = build("rmsnorm", p, kernel_file=KERNEL_FILE)
+    s = Session("rmsnorm", model, evaluator, prompt, p, tmp_path / name, ledger=ledger)
     return s.run(), s, model
 
 

@@ -84,7 +84,7 @@ class Synthetic(WholeEvaluator):
 
 @pytest.fixture(scope="module")
 def matmul_prompt():
-    return build("matmul", Agent())
+    return build("matmul", Agent(), kernel_file=KERNELS / "matmul.py")
 
 
 def search_session(tmp_path, prompt, seed=0, max_iterations=60):

@@ -14,7 +14,7 @@ from pathlib import Path
 import git
 import pytest
 import sandbox_entries
-from agent_helpers import CHEAT, GOOD, PLANTED, ScriptedModel, turn
+from agent_helpers import CHEAT, GOOD, KERNEL_FILE, PLANTED, ScriptedModel, turn
 from delivery_doubles import measurement, write_trace
 from rich.console import Console
 
@@ -154,8 +154,8 @@ def test_early_success_stops_the_other_workers_at_their_next_turn(tmp_path):
     settings = Policy.model_validate({"agent": {"workers": 2}}).agent
     pool = workers.SlotPool([Slot(0, {}), Slot(1, {})])
     try:
-        result, session = workers.run("rmsnorm", [winner, other], ev, prompt_mod.build("rmsnorm", settings),
-                                      settings, tmp_path / "op", executor=pool)
+        prompt = prompt_mod.build("rmsnorm", settings, kernel_file=KERNEL_FILE)
+        result, session = workers.run("rmsnorm", [winner, other], ev, prompt, settings, tmp_path / "op", executor=pool)
     finally:
         pool.shutdown()
     assert result.best.feedback.sha256 == sha256(GOOD) and session.model is winner
@@ -196,8 +196,8 @@ def test_two_workers_submitting_the_same_source_at_once_cost_one_evaluation(tmp_
     settings = Policy.model_validate({"agent": {"workers": 2}}).agent
     pool = workers.SlotPool([Slot(0, {}), Slot(1, {})])
     try:
-        result, _ = workers.run("rmsnorm", models, ev, prompt_mod.build("rmsnorm", settings), settings,
-                                tmp_path / "op", executor=pool)
+        prompt = prompt_mod.build("rmsnorm", settings, kernel_file=KERNEL_FILE)
+        result, _ = workers.run("rmsnorm", models, ev, prompt, settings, tmp_path / "op", executor=pool)
     finally:
         pool.shutdown()
     assert ev.gated == [sha256(PLANTED)] and result.submitted == 1

@@ -108,7 +108,7 @@ def test_identical_copy_and_an_incumbent_tamperer_do_not_win(tmp_path, capsys):
     trace.write_text(json.dumps({"ops": {"rmsnorm": {"shapes": [{"shape": c["shape"], "calls": c["calls"]}
                                                                 for c in TINY]}}}))
     m = measure_mod.measure("rmsnorm", [copy, tamper], TINY, _policy(max_time_s=2, rounds=6, job_time_s=0.2),
-                            tmp_path / "jobs")
+                            tmp_path / "jobs", INCUMBENT)
     inc, c_copy, c_tamper = m.files
     for c in (c_copy, c_tamper):
         sp = c.speedup
@@ -224,7 +224,7 @@ def test_cheating_candidates_are_rejected_and_the_incumbent_is_untouched(tmp_pat
     # Harness level (measure() directly: the static stage would refuse every one of these before timing). Each file
     # fails in its own jobs; the incumbent's jobs never see them and its figures stand.
     cands = [_write(tmp_path, name, src.format(inc=INCUMBENT)) for name, src in CHEATERS.items()]
-    m = measure_mod.measure("rmsnorm", cands, TINY[:1], _policy(max_time_s=1.0), tmp_path / "jobs")
+    m = measure_mod.measure("rmsnorm", cands, TINY[:1], _policy(max_time_s=1.0), tmp_path / "jobs", INCUMBENT)
     got = {Path(f.path).stem: f for f in m.files if f.role == "candidate"}
     for name, want in EXPECTED.items():
         assert got[name].reason in (want if isinstance(want, tuple) else (want,)), (name, got[name])

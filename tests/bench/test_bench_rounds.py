@@ -62,7 +62,7 @@ def _cand(tmp_path: Path, marker: str) -> Path:
 
 def test_each_job_loads_one_file_and_the_incumbent_never_sees_a_candidate(tmp_path, monkeypatch):
     calls = stub(monkeypatch, {"fast": 0.5})
-    m = measure_mod.measure("rmsnorm", [_cand(tmp_path, "fast")], CASES, Policy(), tmp_path)
+    m = measure_mod.measure("rmsnorm", [_cand(tmp_path, "fast")], CASES, Policy(), tmp_path, INCUMBENT)
     inc = INCUMBENT.read_bytes()
     calls.sort(key=lambda c: c[2])  # roundNN-K-...: the round, then the place in its order (lockstep: turn order)
     roles = ["I" if src == inc else "C" for src, _, _ in calls]
@@ -81,19 +81,19 @@ def test_on_cpu_the_verdict_is_the_process_cpu_time_not_the_wall_clock(tmp_path,
     # per CPU second stays under bench.max_wait_ratio). The verdict follows the CPU time: 1.25x, accepted; judged by
     # the wall clock it would be 0.5x. And every reading of the machine's load is out of the verdict.
     stub(monkeypatch, {"incumbent": 1.0, "cand": 0.8}, wall={"incumbent": 1.0, "cand": 2.0})
-    m = measure_mod.measure("rmsnorm", [_cand(tmp_path, "cand")], CASES, Policy(), tmp_path)
+    m = measure_mod.measure("rmsnorm", [_cand(tmp_path, "cand")], CASES, Policy(), tmp_path, INCUMBENT)
     c = m.files[1]
     assert c.accepted and abs(c.speedup.est - 1.25) < 1e-6, c
     assert all(abs(s.median_ms.est - 0.8) < 1e-9 for s in c.shapes)
     assert m.label == "CPU / Triton-interpreter CPU time" and "CPU time" in m.clock
     # More waiting than that (work done outside the process while the call waits) is implausible, never a win.
     stub(monkeypatch, {"incumbent": 1.0, "cand": 0.8}, wall={"incumbent": 1.0, "cand": 8.0})
-    c = measure_mod.measure("rmsnorm", [_cand(tmp_path, "cand")], CASES, Policy(), tmp_path).files[1]
+    c = measure_mod.measure("rmsnorm", [_cand(tmp_path, "cand")], CASES, Policy(), tmp_path, INCUMBENT).files[1]
     assert not c.accepted and c.reason == "bench.implausible" and "wall time per CPU second" in c.detail
     # An incumbent whose calls kept two threads busy (wall half its CPU time) is no base for a one-thread candidate
     # (1.9 s of wall per CPU second under the lockstep turns): not waiting, not implausible.
     stub(monkeypatch, {"incumbent": 1.0, "cand": 0.8}, wall={"incumbent": 0.5, "cand": 1.5})
-    c = measure_mod.measure("rmsnorm", [_cand(tmp_path, "cand")], CASES, Policy(), tmp_path).files[1]
+    c = measure_mod.measure("rmsnorm", [_cand(tmp_path, "cand")], CASES, Policy(), tmp_path, INCUMBENT).files[1]
     assert c.accepted and abs(c.speedup.est - 1.25) < 1e-6, c
 
 
@@ -146,7 +146,7 @@ def test_a_jobs_ok_is_not_trusted(tmp_path, monkeypatch):
     stub(monkeypatch, {"garbage": 0.1, "too_few": 0.1, "shape_lie": 0.1, "bad_times": 0.1},
          {"garbage": garbage, "too_few": too_few, "shape_lie": shape_lie, "bad_times": bad_times})
     cands = [_cand(tmp_path, k) for k in ("garbage", "too_few", "shape_lie", "bad_times")]
-    m = measure_mod.measure("rmsnorm", cands, CASES, Policy(), tmp_path)
+    m = measure_mod.measure("rmsnorm", cands, CASES, Policy(), tmp_path, INCUMBENT)
     got = {Path(f.path).stem: (f.reason, f.detail) for f in m.files[1:]}
     assert got["garbage"][0] == "bench.mismatch" and "differs from the reference" in got["garbage"][1]
     assert got["too_few"][0] == "bench.mismatch" and "expected 3" in got["too_few"][1]
@@ -161,12 +161,12 @@ def test_only_the_incumbents_own_job_can_fail_the_incumbent(tmp_path, monkeypatc
         return data
     stub(monkeypatch, {"cand": 1.0}, {"incumbent": broken})
     with pytest.raises(measure_mod.IncumbentFailed, match="boom"):
-        measure_mod.measure("rmsnorm", [_cand(tmp_path, "cand")], CASES, Policy(), tmp_path)
+        measure_mod.measure("rmsnorm", [_cand(tmp_path, "cand")], CASES, Policy(), tmp_path, INCUMBENT)
 
 
 def test_implausible_speed_is_judged_in_the_parent(tmp_path, monkeypatch):
     stub(monkeypatch, {"magic": 0.05})  # 20x the incumbent
-    m = measure_mod.measure("rmsnorm", [_cand(tmp_path, "magic")], CASES, Policy(), tmp_path)
+    m = measure_mod.measure("rmsnorm", [_cand(tmp_path, "magic")], CASES, Policy(), tmp_path, INCUMBENT)
     c = m.files[1]
     assert not c.accepted and c.reason == "bench.implausible" and "limit 10x" in c.detail
 
@@ -198,7 +198,7 @@ def test_a_job_with_another_process_rejects_its_file(tmp_path, monkeypatch):
 
     monkeypatch.setattr(sandbox, "run", run)
     t0 = time.monotonic()
-    m = measure_mod.measure("rmsnorm", [_cand(tmp_path, "hog")], CASES, Policy(), tmp_path)
+    m = measure_mod.measure("rmsnorm", [_cand(tmp_path, "hog")], CASES, Policy(), tmp_path, INCUMBENT)
     c = m.files[1]
     assert c.reason == "bench.tampered" and "other processes" in c.detail, c
     assert real and time.monotonic() - t0 < 30
