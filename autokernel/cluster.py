@@ -71,7 +71,8 @@ class ClusterError(UserError):
 @dataclass
 class GateJob:
     """One candidate through gate.verify: its keyword arguments (shapes, seed, policy, run_dir, dtypes, dists,
-    stages, kernels_dir) exactly as verify takes them."""
+    stages, kernels_dir) exactly as verify takes them. A job for a Ray cluster names its policy: the node checks
+    that policy's isolation before anything runs (gate_on_node)."""
     op: str
     candidate: Path
     kwargs: dict = field(default_factory=dict)
@@ -211,6 +212,8 @@ class RayCluster:
                 "retry_exceptions": False}
 
     def gate_jobs(self, jobs: list[GateJob]) -> list[JobResult]:
+        if any("policy" not in j.kwargs for j in jobs):
+            raise ValueError("a gate job for the cluster names its policy (GateJob.kwargs['policy'])")
         ray = _ray()
         task = ray.remote(gate_on_node).options(**self._options("gate"))
         refs = [task.remote(j.op, j.candidate.name, j.candidate.read_bytes(), _kernels(j.kwargs.get("kernels_dir")),
@@ -362,7 +365,7 @@ def gate_on_node(op: str, name: str, source: bytes, kernels: dict | None, kw: di
     """gate.verify on this node, in a private temporary directory: (Verdict, meta with the job dir's evidence)."""
     meta = _node_start()
     from autokernel.gate import verify
-    _preflight(kw.get("policy") or Policy())
+    _preflight(kw["policy"])  # RayCluster.gate_jobs sends only jobs that name their policy
     tmp = _node_tmp()
     try:
         kdir = None

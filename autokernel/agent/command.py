@@ -31,16 +31,15 @@ from autokernel.errors import UserError
 from autokernel.untrusted import plain
 
 
-def check_op(op: str, policy: policy_mod.Policy, layout: paths.Layout | None = None) -> Path:
-    """The target's kernels/<op>.py (autokernel.paths; default: the current one), if `op` exists, may be rewritten,
-    and has a kernel file there that parses; every kernels/*.py must be a regular file inside the checkout (the gate's
-    end-to-end stage reads them all), else UserError (exit 2)."""
+def check_op(op: str, policy: policy_mod.Policy, layout: paths.Layout) -> Path:
+    """The target's kernels/<op>.py (`layout`: the checkout the command resolved, autokernel.paths), if `op`
+    exists, may be rewritten, and has a kernel file there that parses; every kernels/*.py must be a regular file
+    inside the checkout (the gate's end-to-end stage reads them all), else UserError (exit 2)."""
     if op not in opspecs.OPS:
         raise UserError(f"unknown op {op!r}; known ops: {', '.join(opspecs.OPS)}")
     ops = policy.ops
     if op in ops.protected or op in ops.deny or (ops.allow is not None and op not in ops.allow):
         raise UserError(f"op {op!r} may not be rewritten: see ops.protected / ops.deny / ops.allow in policies.yaml")
-    layout = layout or paths.target()
     layout.read_kernel(op)
     layout.checked_kernels()
     return layout.kernel_file(op)
@@ -89,7 +88,7 @@ def start(op: str, settings: policy_mod.Agent, llm: Model | list[Model], evaluat
           trace: str | Path | None = None, kernel_file: Path, echo=print,
           ledger: Ledger | None = None, bench: policy_mod.Bench | None = None,
           executor: futures.Executor | None = None,
-          sandbox: policy_mod.Sandbox | None = None) -> tuple[Result, Session]:
+          sandbox: policy_mod.Sandbox) -> tuple[Result, Session]:
     """Run one session, or agent.workers sessions at once (agent/workers.py: `executor` takes the gate jobs, default
     this machine's sandbox slots under `sandbox`, the run's sandbox policy); the Session that found the best
     candidate comes back too (its messages hold the model's own account of its work). `kernel_file`: the target

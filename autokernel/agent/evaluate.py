@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
-from autokernel import device, paths
+from autokernel import device
 from autokernel import ops as opspecs
 from autokernel.errors import UserError
 from autokernel.paths import Layout
@@ -150,17 +150,18 @@ class SandboxEvaluator:
     """gate.verify, then (if the gate accepts) the benchmark, for candidates written under `run_dir`.
 
     `trace` (a traces/<run>/ directory or its summary.json) gives the shapes and call weights; without one, the
-    spec's model shapes, one call each. `layout` is the target checkout (autokernel.paths): its kernels/<op>.py is
-    the incumbent the gate checks signatures against and the bench times. `verify_kwargs` narrows the gate's case
+    spec's model shapes, one call each. `policy` is the run's (policy.for_checkout's). `layout` is the target
+    checkout (autokernel.paths, resolved by the command): its kernels/<op>.py is the incumbent the gate checks
+    signatures against and the bench times. `verify_kwargs` narrows the gate's case
     grid (tests only). `executor` (autokernel/cluster.py: a Ray cluster) runs the gate and bench jobs; None: here.
     """
 
-    def __init__(self, run_dir: str | Path, policy: Policy | None = None, trace: str | Path | None = None,
-                 seed: int | None = None, verify_kwargs: dict | None = None, layout: Layout | None = None,
+    def __init__(self, run_dir: str | Path, policy: Policy, trace: str | Path | None = None,
+                 seed: int | None = None, verify_kwargs: dict | None = None, *, layout: Layout,
                  clock: Callable[[], float] = time.monotonic, executor: Executor | None = None):
-        self.run_dir, self.policy, self.trace = Path(run_dir), policy or Policy(), trace
+        self.run_dir, self.policy, self.trace = Path(run_dir), policy, trace
         self.seed, self.verify_kwargs = seed, verify_kwargs or {}
-        self.layout = layout or paths.target()
+        self.layout = layout
         self.seen: dict[str, Feedback] = {}
         self.clock = clock
         self._checks = itertools.count(1)

@@ -36,7 +36,6 @@ from autokernel.agent.loop import Result, Session
 from autokernel.agent.prompt import Prompt
 from autokernel.agent.providers import Model
 from autokernel.policy import Agent as AgentPolicy
-from autokernel.policy import Policy
 from autokernel.policy import Sandbox as SandboxPolicy
 from autokernel.sandbox.slots import Slot, default_slots, pinned
 
@@ -180,9 +179,13 @@ def run(op: str, models: list[Model], evaluator: Evaluator, prompt: Prompt, sett
         sandbox: SandboxPolicy | None = None) -> tuple[Result, Session]:
     """len(models) Sessions at once on `op`; the combined Result, and the Session that found the best candidate
     (its messages hold the rationale the commit quotes), else worker 0's. `executor` takes the gate jobs; None: a
-    pool of this machine's slots for `sandbox` (the run's sandbox policy; None: the default one)."""
+    pool of this machine's slots for `sandbox` (the run's sandbox policy, which the caller then names)."""
     own = executor is None
-    pool = gate_pool(sandbox or Policy().sandbox) if executor is None else executor
+    if executor is None:
+        if sandbox is None:
+            raise ValueError("workers.run: with no executor, the caller names the sandbox policy of the slot pool")
+        executor = gate_pool(sandbox)
+    pool = executor
     judge, n = Judge(evaluator, pool), len(models)
     sessions = [Session(op, m, _Seat(judge, i), replace(prompt, task=prompt.task + _nudge(i, n)), settings,
                         Path(run_dir) / f"worker-{i}", ledger=ledger,

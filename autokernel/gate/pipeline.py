@@ -103,9 +103,10 @@ def verify(op: str, candidate_path: str | Path, *, shapes: list[dict] | None = N
     """Judge `candidate_path` as a replacement for kernels/<op>.py.
 
     shapes: the traced shapes (default: the spec's model shapes); the spec's odd shapes and one larger shape are
-    always added. seed: None draws a fresh secret one. dtypes/dists narrow the case grid (tests); the default is
-    every dtype of the spec and every distribution. Raises KeyError for an unknown op, OSError for an unreadable
-    candidate (the command turns both into exit code 2). kernels_dir: the target checkout's kernels/
+    always added. policy: the checkout's (the commands and the agent pass policy.for_checkout's); None: the built-in
+    defaults, Policy() (tests). seed: None draws a fresh secret one. dtypes/dists narrow the case grid (tests); the
+    default is every dtype of the spec and every distribution. Raises KeyError for an unknown op, OSError for an
+    unreadable candidate (the command turns both into exit code 2). kernels_dir: the target checkout's kernels/
     (autokernel.paths), whose <op>.py gives the launcher signature and whose other kernels the end-to-end engine
     runs; None: the installed project's (paths.INSTALLED_LAYOUT), resolved here once and passed to every stage
     (the default for callers that name no checkout: tests; the commands and the agent pass theirs). time_left_s:
@@ -119,7 +120,7 @@ def verify(op: str, candidate_path: str | Path, *, shapes: list[dict] | None = N
     source = Path(candidate_path).read_bytes()
     sha = hashlib.sha256(source).hexdigest()
     seed = secrets.randbits(63) if seed is None else int(seed)
-    policy = policy or Policy()
+    policy = Policy() if policy is None else policy  # the documented default (docstring)
     job_dir = Path(run_dir) if run_dir else default_run_dir(op)
     job_dir = job_dir / f"{op}-{sha[:12]}"
     job_dir.mkdir(parents=True, exist_ok=True)

@@ -72,9 +72,9 @@ def status_of(op: str, policy: Policy) -> str:
     return "target"
 
 
-def rank(trace: Trace, policy: Policy | None = None) -> list[Target]:
-    """Every op in the trace, targets first by expected end-to-end gain, then the excluded ones."""
-    policy = policy or Policy()
+def rank(trace: Trace, policy: Policy) -> list[Target]:
+    """Every op in the trace, targets first by expected end-to-end gain, then the excluded ones (by `policy`'s ops
+    section: the caller's, policy.for_checkout's)."""
     peaks = trace.get("roofline") or {}
     out = []
     for op, e in trace["ops"].items():
@@ -98,6 +98,6 @@ def rank(trace: Trace, policy: Policy | None = None) -> list[Target]:
     return out
 
 
-def targets(trace: Trace, policy: Policy | None = None) -> list[Target]:
+def targets(trace: Trace, policy: Policy) -> list[Target]:
     """Only the ops the loop may rewrite, best first."""
     return [t for t in rank(trace, policy) if t.status == "target"]

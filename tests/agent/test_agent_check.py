@@ -7,6 +7,7 @@ from agent_helpers import CHEAT, GOOD, INCUMBENT, KERNEL_FILE, ScriptedModel, St
 from autokernel.agent.evaluate import SandboxEvaluator
 from autokernel.agent.loop import Session
 from autokernel.agent.prompt import build
+from autokernel.paths import INSTALLED_LAYOUT
 from autokernel.policy import Agent, Policy
 
 
@@ -84,7 +85,7 @@ def test_an_evaluator_without_check_says_so(tmp_path):
 
 def test_static_findings_are_all_listed_without_running_the_file(tmp_path):
     bad = CHEAT + "import os\nos.system('true')\n"
-    ev = SandboxEvaluator(tmp_path, Policy())
+    ev = SandboxEvaluator(tmp_path, Policy(), layout=INSTALLED_LAYOUT)
     report = ev.check("rmsnorm", bad)
     codes = [f["code"] for f in report["findings"]]
     assert report["passed"] is False and len(codes) >= 2 and all(c.startswith("static.") for c in codes)
@@ -96,7 +97,7 @@ def test_a_wrong_kernel_fails_the_quick_numeric_check(tmp_path):
     numbers; the incumbent passes."""
     wrong = INCUMBENT.replace("y = x * rstd * w", "y = x * rstd")
     assert wrong and wrong != INCUMBENT
-    ev = SandboxEvaluator(tmp_path, Policy())
+    ev = SandboxEvaluator(tmp_path, Policy(), layout=INSTALLED_LAYOUT)
     bad = ev.check("rmsnorm", wrong, time_left_s=120.0)
     assert bad["passed"] is False and bad["findings"][0]["code"].startswith("numeric."), bad
     ok = ev.check("rmsnorm", INCUMBENT, time_left_s=120.0)

@@ -14,6 +14,14 @@ from autokernel.bench.measure import FileResult, IncumbentFailed, Measurement, S
 from autokernel.bench.stats import Interval
 from autokernel.errors import UserError
 from autokernel.gate.verdict import StageResult, Verdict
+from autokernel.policy import Policy
+
+LAYOUT = paths.INSTALLED_LAYOUT  # the checkout these tests run in (the commands resolve theirs: paths.target)
+
+
+def evaluator(run_dir, **kw) -> SandboxEvaluator:
+    """A SandboxEvaluator on this checkout, under the built-in policy unless `policy` is given."""
+    return SandboxEvaluator(run_dir, kw.pop("policy", Policy()), layout=kw.pop("layout", LAYOUT), **kw)
 
 
 def verdict(op, path, accepted):
@@ -57,7 +65,7 @@ def fakes(monkeypatch):
 
 
 def test_candidate_written_under_its_sha_then_gate_then_bench(tmp_path, fakes):
-    ev = SandboxEvaluator(tmp_path, verify_kwargs={"dists": ["normal"]})
+    ev = evaluator(tmp_path, verify_kwargs={"dists": ["normal"]})
     fb = ev.evaluate("rmsnorm", GOOD)
     job = tmp_path / sha256(GOOD)[:8]
     assert (job / "rmsnorm.py").read_text() == GOOD
@@ -79,7 +87,7 @@ def test_the_target_checkout_gives_the_incumbent_and_the_signature(tmp_path, fak
     target = tmp_path / "engine"
     (target / "kernels").mkdir(parents=True)
     (target / "kernels" / "rmsnorm.py").write_text(INCUMBENT + "# the target's own\n")
-    ev = SandboxEvaluator(tmp_path / "run", layout=paths.Layout(target))
+    ev = evaluator(tmp_path / "run", layout=paths.Layout(target))
     ev.evaluate("rmsnorm", GOOD)
     assert fakes["verify"][0]["kernels_dir"] == target / "kernels"
     assert fakes["bench"][0]["incumbent"] == target / "kernels" / "rmsnorm.py"
@@ -101,7 +109,7 @@ def test_gate_record_keeps_the_trusted_facts(tmp_path):
 
 
 def test_rejected_by_the_gate_is_never_benchmarked(tmp_path, fakes):
-    fb = SandboxEvaluator(tmp_path).evaluate("rmsnorm", CHEAT)
+    fb = evaluator(tmp_path).evaluate("rmsnorm", CHEAT)
     assert fb.verdict == "rejected" and not fb.accepted and fakes["bench"] == []
     assert fb.reasons == [{"stage": "runtime", "code": "runtime.torch_compute",
                            "detail": "aten::rms_norm ran during the call"}]
@@ -109,7 +117,7 @@ def test_rejected_by_the_gate_is_never_benchmarked(tmp_path, fakes):
 
 
 def test_same_source_is_not_evaluated_again(tmp_path, fakes):
-    ev = SandboxEvaluator(tmp_path)
+    ev = evaluator(tmp_path)
     first, again = ev.evaluate("rmsnorm", GOOD), ev.evaluate("rmsnorm", GOOD)
     assert len(fakes["verify"]) == 1 and len(fakes["bench"]) == 1
     assert again.duplicate and not first.duplicate and again.sha256 == first.sha256
@@ -117,11 +125,11 @@ def test_same_source_is_not_evaluated_again(tmp_path, fakes):
 
 def test_no_win_and_failures_during_timing(tmp_path, fakes):
     fakes["measurement"] = measurement(accepted=False, reason="bench.no_win")
-    fb = SandboxEvaluator(tmp_path).evaluate("rmsnorm", GOOD)
+    fb = evaluator(tmp_path).evaluate("rmsnorm", GOOD)
     assert fb.verdict == "accepted" and not fb.accepted and fb.reasons[-1]["code"] == "bench.no_win"
     assert fb.summary.endswith(": no significant win")
     fakes["measurement"] = measurement(status="numeric.mismatch", accepted=False, reason="numeric.mismatch")
-    fb = SandboxEvaluator(tmp_path / "2").evaluate("rmsnorm", GOOD)
+    fb = evaluator(tmp_path / "2").evaluate("rmsnorm", GOOD)
     assert fb.verdict == "rejected" and fb.reasons[-1] == {"stage": "bench", "code": "numeric.mismatch",
                                                            "detail": "wrong on repetition 7"}
 
@@ -131,13 +139,13 @@ def test_incumbent_that_cannot_be_timed_is_a_user_error(tmp_path, fakes, monkeyp
         raise IncumbentFailed("kernels/rmsnorm.py could not be timed: sandbox.crash: killed")
     monkeypatch.setattr(bench_measure, "measure", broken)
     with pytest.raises(UserError, match="could not be timed"):
-        SandboxEvaluator(tmp_path).evaluate("rmsnorm", GOOD)
+        evaluator(tmp_path).evaluate("rmsnorm", GOOD)
 
 
 def test_traced_shapes_go_to_gate_and_bench(tmp_path, fakes):
     trace = tmp_path / "summary.json"
     trace.write_text(json.dumps({"ops": {"rmsnorm": {"shapes": [{"shape": {"M": 7, "N": 576}, "calls": 40}]}}}))
-    SandboxEvaluator(tmp_path, trace=trace).evaluate("rmsnorm", GOOD)
+    evaluator(tmp_path, trace=trace).evaluate("rmsnorm", GOOD)
     assert fakes["verify"][0]["shapes"] == [{"M": 7, "N": 576}]
     assert fakes["bench"][0]["cases"] == [{"shape": {"M": 7, "N": 576}, "calls": 40, "dtype": "float32"}]
 
@@ -184,14 +192,14 @@ def timed(monkeypatch):
 
 def test_time_left_caps_the_gate_and_the_bench(tmp_path, timed):
     clock, seen = timed
-    fb = SandboxEvaluator(tmp_path, clock=clock).evaluate("rmsnorm", GOOD, time_left_s=40.0)
+    fb = evaluator(tmp_path, clock=clock).evaluate("rmsnorm", GOOD, time_left_s=40.0)
     assert fb.accepted
     (gp,), (bp,) = seen["verify"], seen["bench"]
     assert gp.sandbox.timeout_s == 40.0  # policy default 300: capped at the time left
     assert bp.sandbox.timeout_s == 35.0 and bp.bench.max_time_s == 30.0  # 5 s went to the gate; 30 s is the cap
-    fb2 = SandboxEvaluator(tmp_path / "b", clock=clock).evaluate("rmsnorm", GOOD + "\n", time_left_s=25.0)
+    fb2 = evaluator(tmp_path / "b", clock=clock).evaluate("rmsnorm", GOOD + "\n", time_left_s=25.0)
     assert fb2.accepted and seen["bench"][-1].bench.max_time_s == 20.0
-    SandboxEvaluator(tmp_path / "c", clock=clock).evaluate("rmsnorm", GOOD + "\n\n")  # no deadline: policy as is
+    evaluator(tmp_path / "c", clock=clock).evaluate("rmsnorm", GOOD + "\n\n")  # no deadline: policy as is
     assert seen["verify"][-1].sandbox.timeout_s == 300.0 and seen["bench"][-1].bench.max_time_s == 30.0
 
 
@@ -199,17 +207,17 @@ def test_a_bench_that_cannot_fit_is_not_started(tmp_path, timed):
     clock, seen = timed
     seen["gate_s"] = 10.0  # 15 - 10 = 5 s left, under the 6 rounds x 2 files x 1 s a bench needs at least
     with pytest.raises(TimeoutError, match="benchmark needs at least"):
-        SandboxEvaluator(tmp_path, clock=clock).evaluate("rmsnorm", GOOD, time_left_s=15.0)
+        evaluator(tmp_path, clock=clock).evaluate("rmsnorm", GOOD, time_left_s=15.0)
     assert len(seen["verify"]) == 1 and seen["bench"] == []
 
 
 def test_no_time_left_runs_nothing(tmp_path, timed):
     clock, seen = timed
     with pytest.raises(TimeoutError):
-        SandboxEvaluator(tmp_path, clock=clock).evaluate("rmsnorm", GOOD, time_left_s=0.0)
+        evaluator(tmp_path, clock=clock).evaluate("rmsnorm", GOOD, time_left_s=0.0)
     seen["gate_s"] = 50.0  # the gate itself overran the deadline: no bench, a timeout
     with pytest.raises(Unbenched, match="no time left for its benchmark") as e:
-        SandboxEvaluator(tmp_path, clock=clock).evaluate("rmsnorm", GOOD, time_left_s=20.0)
+        evaluator(tmp_path, clock=clock).evaluate("rmsnorm", GOOD, time_left_s=20.0)
     assert len(seen["verify"]) == 1 and seen["bench"] == []
     assert e.value.feedback.verdict == "accepted" and e.value.feedback.sha256 == sha256(GOOD)
 
@@ -223,8 +231,8 @@ def test_a_timeout_under_the_capped_limit_is_the_clock_not_a_rejection(tmp_path,
                                StageResult.fail("numeric", "sandbox.timeout", "killed after 20 s")], seed=1,
                               device={"kind": "cpu-interpreter"}, elapsed_s=20.0)
     with pytest.raises(TimeoutError, match="deadline-capped"):
-        SandboxEvaluator(tmp_path, clock=clock).evaluate("rmsnorm", GOOD, time_left_s=20.0)
-    fb = SandboxEvaluator(tmp_path / "b", clock=clock).evaluate("rmsnorm", GOOD)  # uncapped: the candidate's own
+        evaluator(tmp_path, clock=clock).evaluate("rmsnorm", GOOD, time_left_s=20.0)
+    fb = evaluator(tmp_path / "b", clock=clock).evaluate("rmsnorm", GOOD)  # uncapped: the candidate's own
     assert fb.verdict == "rejected" and fb.reasons[0]["code"] == "sandbox.timeout"
 
 
@@ -239,7 +247,7 @@ def test_the_loop_ends_as_spent_budget_when_the_evaluator_times_out(tmp_path, ti
     policy = Agent(max_wall_s=50.0)
     model = ScriptedModel([turn("", ("submit_candidate", {"source": GOOD}))])
     prompt = build("rmsnorm", policy, kernel_file=KERNEL_FILE)
-    ev = SandboxEvaluator(tmp_path, clock=clock)
+    ev = evaluator(tmp_path, clock=clock)
     s = Session("rmsnorm", model, ev, prompt, policy, tmp_path / "run", clock=clock)
     r = s.run()
     assert r.status == "limit" and "during an evaluation" in r.detail and r.submitted == 1
@@ -253,7 +261,7 @@ def test_a_bench_timeout_under_the_capped_limit_keeps_the_gate_verdict(tmp_path,
     monkeypatch.setattr(bench_measure, "measure", lambda *a, **kw: measurement("sandbox.timeout", False,
                                                                                 "sandbox.timeout"))
     with pytest.raises(Unbenched, match="deadline-capped") as e:
-        SandboxEvaluator(tmp_path, clock=clock).evaluate("rmsnorm", GOOD, time_left_s=40.0)
+        evaluator(tmp_path, clock=clock).evaluate("rmsnorm", GOOD, time_left_s=40.0)
     assert e.value.feedback.verdict == "accepted" and e.value.feedback.reasons == []  # the gate's, untouched
-    fb = SandboxEvaluator(tmp_path / "b", clock=clock).evaluate("rmsnorm", GOOD)  # uncapped: the candidate's own
+    fb = evaluator(tmp_path / "b", clock=clock).evaluate("rmsnorm", GOOD)  # uncapped: the candidate's own
     assert fb.verdict == "rejected" and fb.reasons[-1]["code"] == "sandbox.timeout"

@@ -57,7 +57,7 @@ def no_local_jobs(monkeypatch):
 
 def test_evaluator_sends_gate_and_bench_to_the_cluster(tmp_path, no_local_jobs):
     fake = FakeCluster()
-    ev = SandboxEvaluator(tmp_path, executor=fake, layout=paths.Layout(ROOT))
+    ev = SandboxEvaluator(tmp_path, Policy(), executor=fake, layout=paths.Layout(ROOT))
     fb = ev.evaluate("rmsnorm", GOOD)
     assert fb.accepted and fb.speedup == 2.0
     assert [c[0] for c in fake.calls] == ["verify", "measure"]

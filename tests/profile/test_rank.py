@@ -48,7 +48,7 @@ def test_roof_ms_takes_the_slower_bound_per_shape():
 
 
 def test_gain_is_share_times_headroom_and_amdahl_agrees():
-    by_op = {t.op: t for t in rank(_trace())}
+    by_op = {t.op: t for t in rank(_trace(), Policy())}
     mm = by_op["matmul"]
     assert mm.headroom == pytest.approx(1 - 0.01 / 1.0)
     assert mm.gain == pytest.approx(0.5 * mm.headroom)
@@ -62,20 +62,20 @@ def test_ranked_by_gain_not_share():
     tr = _trace()
     tr["ops"]["rope"] = _op(0.8, 0.45, [_shape(4, 1e9, 1e3)])  # more time than its headroom can win back
     tr["ops"]["silu_mul"] = _op(0.5, 0.3, [_shape(1, 1, 1)])  # less time, ~all of it headroom
-    order = [t.op for t in targets(tr)]
+    order = [t.op for t in targets(tr, Policy())]
     assert order == ["matmul", "silu_mul", "rope"]
 
 
 def test_already_at_roofline_has_no_headroom():
     tr = {"roofline": PEAKS, "ops": {"matmul": _op(1e-6, 0.5, [_shape(10, 2e6, 1e6)])}}
-    (t,) = rank(tr)
+    (t,) = rank(tr, Policy())
     assert t.headroom == 0.0 and t.gain == 0.0 and t.e2e_speedup == 1.0
 
 
 def test_protected_denied_and_allow_are_listed_but_never_targets():
-    ranked = rank(_trace())  # default policy protects lm_head
+    ranked = rank(_trace(), Policy())  # default policy protects lm_head
     assert [t.status for t in ranked if t.op == "lm_head"] == ["protected"]
-    assert ranked[-1].op == "lm_head" and "lm_head" not in [t.op for t in targets(_trace())]
+    assert ranked[-1].op == "lm_head" and "lm_head" not in [t.op for t in targets(_trace(), Policy())]
     pol = Policy(ops=Ops(protected=["lm_head"], deny=["rope"]))
     assert {t.op: t.status for t in rank(_trace(), pol)} == {"matmul": "target", "rope": "denied",
                                                             "lm_head": "protected"}
@@ -87,7 +87,7 @@ def test_protected_denied_and_allow_are_listed_but_never_targets():
 def test_unknown_peaks_rank_by_share():
     tr = _trace()
     tr["roofline"] = {"gbps": None, "gflops": {}}
-    ranked = targets(tr)
+    ranked = targets(tr, Policy())
     assert [t.op for t in ranked] == ["matmul", "rope"] and all(t.gain is None for t in ranked)
     assert all(math.isfinite(t.e2e_share) for t in ranked)
 
