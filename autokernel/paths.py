@@ -9,7 +9,9 @@ An autokernel layout is a directory with a `kernels/` folder of op files (`kerne
     user's cache directory (`user_cache()`), never into the installed package.
 Everything a run reads (the incumbent shown to the model, the signature the gate checks, the incumbent the bench
 times, the engine's other kernels in the end-to-end check, policies.yaml) and writes (sandbox/ run state, traces/,
-the commit) comes from that one root.
+the commit) comes from that one root. The commands (autokernel/cli/) resolve it once and hand the layout, or the
+paths it names, to the library functions. A new run directory is named one way, run_name (<UTC stamp>-<tags>-
+<hex>): sandbox/<kind>-<name> of the layout (Layout.run_dir), or user_cache()/<kind>/<name> for a declared target's.
 
 The checkout is untrusted input (docs/design.md, trust rule 6): every file autokernel reads from it goes through
 `read_bytes` / `read_text`, which accept only a regular file inside the checkout (a symlink to ~/.env, a FIFO, a
@@ -20,9 +22,11 @@ from __future__ import annotations
 
 import ast
 import os
+import secrets
 import stat
 import threading
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 
 from autokernel.errors import UserError
@@ -46,6 +50,14 @@ def user_cache() -> Path:
     """Run state when there is no checkout: $XDG_CACHE_HOME/autokernel (~/.cache/autokernel)."""
     base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
     return Path(base) / "autokernel"
+
+
+def run_name(*tags: str) -> str:
+    """The one naming scheme of a new run directory: <YYYYmmdd-HHMMSS, UTC>-<tags>-<4 hex digits> (sorted by time;
+    the digits keep two runs of the same second apart). Layout.run_dir in a checkout; the targets' runs, kept in the
+    user's cache directory, use it under user_cache() / <kind>."""
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    return "-".join([stamp, *tags, secrets.token_hex(2)])
 
 
 def regular_inside(path: str | Path, root: str | Path) -> Path:
@@ -153,6 +165,10 @@ class Layout:
             raise UserError(f"{d}: refused: the checkout's {name}/ is a symlink; autokernel writes its run state "
                             "only into a directory of the checkout itself (remove the link)")
         return d
+
+    def run_dir(self, kind: str, *tags: str) -> Path:
+        """A new run directory's path, sandbox/<kind>-<run_name(tags)> (verify, agent, run); not yet created."""
+        return self.sandbox / f"{kind}-{run_name(*tags)}"
 
     def kernel_file(self, op: str) -> Path:
         """kernels/<op>.py of this checkout: a regular file inside it; UserError (exit 2) when there is none."""

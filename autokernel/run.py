@@ -20,7 +20,6 @@ import datetime
 import difflib
 import itertools
 import json
-import secrets
 import sys
 import threading
 from concurrent import futures
@@ -440,8 +439,7 @@ def pipeline(ctx: Context, *, op: Optional[str], resume: Optional[Path], trace: 
         state = RunState.load(Path(resume))
         console.print(f"resuming {state.run_dir}: done {', '.join(state.done) or 'nothing yet'}")
     else:
-        stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-        state = RunState(layout.sandbox / f"run-{stamp}-{secrets.token_hex(2)}")
+        state = RunState(layout.run_dir("run"))
         state.run_dir.mkdir(parents=True)
         state.trace = str(Path(trace).resolve()) if trace else None
     progress.state = state

@@ -13,8 +13,6 @@ Bad input or environment (no key, unreachable server, protected op, missing kern
 """
 from __future__ import annotations
 
-import secrets
-import time
 from concurrent import futures
 from pathlib import Path
 
@@ -146,8 +144,7 @@ def run_session(op: str, agent: str | None = None, model: str | None = None, bas
         policy = policy_mod.for_checkout(layout.root, flags=policy_mod.flags(agent, base_url))
     kernel_file = check_op(op, policy, layout)
     settings = agent_settings(policy, agent, model, base_url)
-    run_dir = Path(run_dir) if run_dir else (
-        layout.sandbox / f"agent-{time.strftime('%Y%m%d-%H%M%S')}-{op}-{settings.provider}-{secrets.token_hex(2)}")
+    run_dir = Path(run_dir) if run_dir else layout.run_dir("agent", op, settings.provider)
     the_model = llm or make_model(settings, seed, bench=policy.bench)
     if evaluator is None:
         evaluator = SandboxEvaluator(run_dir, policy, trace=trace, layout=layout)

@@ -9,7 +9,6 @@ import functools
 import hashlib
 import secrets
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Protocol, Sequence
 
@@ -88,11 +87,11 @@ def _sandboxed(spec, copy: Path, job_dir: Path, policy: Policy, shapes, dtypes, 
 
 
 def default_run_dir(op: str) -> Path:
-    """sandbox/verify-... of the checkout here, or of the user's cache directory when there is none
-    (autokernel.paths.target): never the installed package's directory."""
+    """verify's run directory when its caller names none: sandbox/verify-<stamp>-<op>-<hex> (paths.run_name) of the
+    checkout here, or of the user's cache directory when there is none (paths.target, as the commands resolve it):
+    never the installed package's directory."""
     from autokernel import paths
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
-    return paths.target().sandbox / f"verify-{stamp}-{op}-{secrets.token_hex(2)}"
+    return paths.target().run_dir("verify", op)
 
 
 def verify(op: str, candidate_path: str | Path, *, shapes: list[dict] | None = None, seed: int | None = None,

@@ -23,9 +23,7 @@ the checkout: run directories go to the user's cache.
 from __future__ import annotations
 
 import json
-import secrets
 import sys
-from datetime import datetime, timezone
 from pathlib import Path
 
 from autokernel import paths
@@ -108,8 +106,7 @@ def measure_target(root: Path, name: str, candidates: list[Path], policy, *, tra
     refused = _refused(candidates, op.launchers[0], own, policy)
     if refused:
         return None, refused
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
-    base = Path(run_dir) if run_dir else paths.user_cache() / "bench" / f"{stamp}-{name}-{secrets.token_hex(2)}"
+    base = Path(run_dir) if run_dir else paths.user_cache() / "bench" / paths.run_name(name)
     calls = gate.from_trace(root, op, trace) if trace else gate.record(root, d, op, policy, base / "workload")
     table = contract.ReferenceTable(root, op.reference, base / "reference", policy.sandbox)
     try:

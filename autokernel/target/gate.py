@@ -18,7 +18,6 @@ from __future__ import annotations
 import hashlib
 import secrets
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
 from autokernel import device, paths
@@ -82,8 +81,7 @@ def verify(root: Path, name: str, candidate_path: Path, *, policy, seed: int | N
     source = Path(candidate_path).read_bytes()
     sha = hashlib.sha256(source).hexdigest()
     seed = secrets.randbits(63) if seed is None else int(seed)
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
-    base = Path(run_dir) if run_dir else paths.user_cache() / "verify" / f"{stamp}-{name}-{secrets.token_hex(2)}"
+    base = Path(run_dir) if run_dir else paths.user_cache() / "verify" / paths.run_name(name)
     job_dir = base / f"{name}-{sha[:12]}"
     job_dir.mkdir(parents=True, exist_ok=True)
     incumbent = decl.checkout_file(root, root / op.file, f"[ops.{name}] file")

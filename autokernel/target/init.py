@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-import time
 from pathlib import Path
 
 from autokernel.errors import UserError
@@ -48,7 +47,7 @@ def discovery(root: Path, engine: str | None, force: bool,
     build = engine_entry(root, found, engine, force)
     policy = policy_mod.for_checkout(root, policy_file, uses=("sandbox",))
     sandbox.preflight(policy.sandbox, untrusted_author=False)
-    job_dir = paths.user_cache() / "init" / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+    job_dir = paths.user_cache() / "init" / paths.run_name()
     return found, build, discover.run(root, build, policy, job_dir), job_dir
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import datetime
 import json
-import secrets
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -219,8 +218,7 @@ def pipeline(ctx, root: Path, op: str | None) -> list[TargetOutcome]:
     d = decl.load(root)
     if op is not None:
         gate.declared_op(root, op)
-    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    run_dir = paths.user_cache() / "run" / f"{stamp}-{secrets.token_hex(2)}"
+    run_dir = paths.user_cache() / "run" / paths.run_name()
     run_dir.mkdir(parents=True)
     with ctx.console.status("profiling the target's workload in the sandbox …"):
         trace_dir, _ = profile_target.profile(root, out=run_dir / "profile")

@@ -6,6 +6,7 @@ quoting it; `verify` keeps its run state in the checkout (or the user's cache), 
 Each test here fails with its defence removed (checked by removing it: see the commit that added this file)."""
 import json
 import os
+import re
 import socket
 import subprocess
 import threading
@@ -238,6 +239,8 @@ def test_verify_writes_into_the_checkout_it_runs_in(checkout, capsys):
     before = _verdicts(INSTALLED / "sandbox")
     assert verify_command("rmsnorm", STATIC_REJECT) == 1
     assert len(_verdicts(checkout / "sandbox")) == 1 and _verdicts(INSTALLED / "sandbox") == before
+    (verdict,) = _verdicts(checkout / "sandbox")  # sandbox/<kind>-<UTC stamp>-<tags>-<hex>: paths.run_name
+    assert re.fullmatch(r"verify-\d{8}-\d{6}-rmsnorm-[0-9a-f]{4}", verdict.relative_to(checkout / "sandbox").parts[0])
 
 
 def test_verify_outside_a_checkout_writes_into_the_user_cache(tmp_path, monkeypatch, capsys):
