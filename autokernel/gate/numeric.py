@@ -22,7 +22,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -30,6 +30,9 @@ from autokernel import device, harness
 from autokernel.gate import coverage, coverage_steer, judge, schedule, thresholds
 from autokernel.gate.verdict import REASONS, StageResult
 from autokernel.ops.spec import DISTRIBUTIONS, OpSpec
+
+if TYPE_CHECKING:
+    from autokernel.policy import Sandbox
 
 DISTS = DISTRIBUTIONS + ("mixed",)
 CHUNK_BYTES = 256 << 20  # inputs per sandbox job; bigger case sets run as several jobs
@@ -152,7 +155,8 @@ def _child_failure(failure: Any, by_id: dict[str, Case]) -> tuple[str, str] | No
 class _Runner:
     """Runs chunks of cases in the sandbox and judges them; raises _Stop at the first failure."""
 
-    def __init__(self, spec: OpSpec, candidate: Path, job_dir: Path, limits, seed: int, sandbox_run, bitwise: bool):
+    def __init__(self, spec: OpSpec, candidate: Path, job_dir: Path, limits: Sandbox, seed: int, sandbox_run,
+                 bitwise: bool):
         self.spec, self.candidate, self.job_dir, self.limits = spec, candidate, job_dir, limits
         self.seed, self.poison, self.sandbox_run, self.bitwise = seed, poison_bits(seed), sandbox_run, bitwise
         self.worst: dict[str, float] = {}
@@ -310,11 +314,11 @@ class _Runner:
         calls = (4.5 if planned_case[3] == schedule.FULL else 1.25) + self._config_calls()
         return self._per_call_s(planned_case[0]) * calls
 
-    def limits_for(self, est_s: float):
+    def limits_for(self, est_s: float) -> Sandbox:
         """The job's limits: the policy's, with the wall and CPU clocks stretched for one case that alone needs
         more than the chunk budget (a slow but legitimate candidate under the interpreter is not a timeout)."""
         need = JOB_TIMEOUT_SLACK * est_s
-        if need <= self.limits.timeout_s or not hasattr(self.limits, "model_copy"):
+        if need <= self.limits.timeout_s:
             return self.limits
         return self.limits.model_copy(update={"timeout_s": need, "cpu_s": max(self.limits.cpu_s, int(2 * need))})
 
@@ -352,7 +356,7 @@ class Cover:
     thresholds: frozenset[int] = frozenset()  # the source's integer thresholds (autokernel/gate/thresholds.py)
 
 
-def run(spec: OpSpec, candidate: Path, job_dir: Path, limits, seed: int, planned,
+def run(spec: OpSpec, candidate: Path, job_dir: Path, limits: Sandbox, seed: int, planned,
         sandbox_run=None, bitwise: bool = True, cover: Cover | None = None) -> tuple[StageResult, StageResult | None]:
     """Runtime and numeric stages. `candidate` is the gate's copy of the file, named <op>.py; the child imports it
     from the job's input directory. Returns the runtime result and, if runtime passed, the numeric one. `bitwise`:
@@ -414,8 +418,8 @@ def run(spec: OpSpec, candidate: Path, job_dir: Path, limits, seed: int, planned
                  "(the source's thresholds crossed, a secret size per octave)")
     if reach and reach.get("thresholds_left"):
         note += (f"; NOT CHECKED here: {reach['dim']} = {', '.join(map(str, reach['thresholds_left'][:6]))} (the "
-                 "source's thresholds past the plan's cap, over the interpreter's budget; the gate on a GPU checks "
-                 "them)")
+                 "source's thresholds past the plan's cap, over the interpreter's time or the sandbox's memory; the "
+                 "gate on a GPU checks them)")
     left = len(coverage.missing(runner.exempt, runner.seen, not device.is_cuda())) if runner.exempt else 0
     if left:  # a target's unchanged statements no input reached here (coverage.incumbents)
         note += (f"; {left} coverage site(s) in statements kept verbatim from the incumbent were not reached here "
@@ -485,8 +489,9 @@ def _crossings(runner: _Runner, planned, skipped: dict[str, str], slots: list, c
         hi = min(2 * lo, cover.production_rows)
         octaves.append(schedule.at_rows(spec, shapes, min(r.randrange(lo + 1, hi + 1) | 1, hi)))
         lo = hi
-    done = _within(todo, est_s, REACH_BUDGET_S)
-    done += _within(octaves, est_s, REACH_SAMPLE_BUDGET_S)
+    fits = lambda s: _need_mb(spec, s, planned[0][1]) <= runner.limits.memory_mb  # noqa: E731
+    done = _within(todo, est_s, REACH_BUDGET_S, fits)
+    done += _within(octaves, est_s, REACH_SAMPLE_BUDGET_S, fits)
     if done:
         cases = [(s, planned[0][1], "mixed", schedule.SINGLE) for s in done]
         start = len(planned) + runner.steered + 1  # after the production-maximum call's case (_reach)
@@ -494,11 +499,17 @@ def _crossings(runner: _Runner, planned, skipped: dict[str, str], slots: list, c
     return [s[dim] for s in done if json_shape(s) not in skipped], [s[dim] for s in todo if s not in done]
 
 
-def _within(shapes: list[dict], est_s, budget_s: float) -> list[dict]:
-    """The first shapes whose estimated seconds add up to at most budget_s."""
+def _need_mb(spec: OpSpec, shape: dict, dtype) -> float:
+    """The memory a numeric job with one call of `shape` needs: its own footprint and the call's bytes several times
+    over (guard-byte copies, the saved outputs, the result frame)."""
+    return REACH_BASE_MB + REACH_COPIES * spec.bytes_moved(shape, dtype) / (1 << 20)
+
+
+def _within(shapes: list[dict], est_s, budget_s: float, fits) -> list[dict]:
+    """The first shapes whose estimated seconds add up to at most budget_s, each within the sandbox's memory."""
     out, spent = [], 0.0
     for s in shapes:
-        if spent + est_s(s) > budget_s:
+        if spent + est_s(s) > budget_s or not fits(s):
             break
         spent += est_s(s)
         out.append(s)
@@ -534,11 +545,11 @@ def _reach(runner: _Runner, planned, skipped: dict[str, str], slots: list, cover
     est = est_s(shape)
     # the job holds the inputs and outputs several times over (guard-byte copies, the saved outputs, the result
     # frame) on top of torch and Triton: within the sandbox's memory or not made (a failure would be a verdict)
-    need_mb = REACH_BASE_MB + REACH_COPIES * spec.bytes_moved(shape, planned[0][1]) / (1 << 20)
+    need_mb = _need_mb(spec, shape, planned[0][1])
     out = {"dim": dim, "rows": shape[dim], "vouched": cover.max_rows, "production": cover.production_rows,
            "est_s": round(est, 1), "need_mb": round(need_mb), "checked": False, "past_cap_checked": crossed,
            "thresholds_left": left}
-    fits = need_mb <= float(getattr(runner.limits, "memory_mb", float("inf")))
+    fits = need_mb <= runner.limits.memory_mb
     if est <= REACH_BUDGET_S and fits and json_shape(shape) not in {json_shape(s) for s in shapes}:
         run_chunks(runner, _chunked(runner, [case], skipped, len(slots), len(planned) + runner.steered), slots)
         out["checked"] = json_shape(shape) not in skipped
@@ -554,12 +565,12 @@ def _coverage_metrics(runner: _Runner) -> dict:
     return out
 
 
-def _lanes(limits) -> list:
+def _lanes(limits: Sandbox) -> list:
     """The slots (autokernel.sandbox.slots) the chunks past the smoke jobs run on at once: one per core, or per GPU;
     none (one job at a time) when this thread is already pinned to a slot (a gate among parallel agent workers,
     autokernel/agent/workers.py, already has its share of the machine)."""
     from autokernel.sandbox.slots import default_slots, pinned_env
-    if pinned_env() or not hasattr(limits, "slots"):
+    if pinned_env():
         return []
     slots = default_slots(limits)
     return slots if len(slots) > 1 else []
@@ -617,7 +628,7 @@ def _chunked(runner: _Runner, planned, skipped: dict[str, str], lanes: int, star
     later = (planned[pending[0] + 1:] if pending else [])
     rest_s = sum(map(runner.estimate_s, todo)) + sum(map(runner.estimate_planned, later))
     parallel = lanes > 1 and rest_s >= PARALLEL_MIN_S
-    cap_s = CHUNK_TIME_FRACTION * float(getattr(runner.limits, "timeout_s", 300.0))
+    cap_s = CHUNK_TIME_FRACTION * runner.limits.timeout_s
     budget_s = min(cap_s, rest_s / lanes) if parallel else cap_s
     chunk: list[Case] = []
     size = est = 0.0

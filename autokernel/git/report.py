@@ -132,8 +132,8 @@ def reach_line(gate: dict) -> str | None:
         return None
     if r.get("checked"):
         return (f"- NOT CHECKED at {r.get('dim')} = {left}, where the kernel's thresholds "
-                "fall past the Triton interpreter's row cap (over its time budget); rerun `autokernel verify` where "
-                "kernels compile before relying on it there")
+                "fall past the Triton interpreter's row cap (over its time or the sandbox's memory); rerun "
+                "`autokernel verify` where kernels compile before relying on it there")
     return (f"- NOT CHECKED past {r.get('dim')} = {r.get('vouched')} of production's {r.get('production')} (one call "
             f"there would take ~{r.get('est_s')} s under the Triton interpreter){sizes}; rerun `autokernel verify` "
             "where kernels compile before relying on it there")
