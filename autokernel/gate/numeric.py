@@ -463,40 +463,8 @@ def _steer(runner: _Runner, planned, skipped: dict[str, str], slots: list, cover
 
 REACH_BASE_MB, REACH_COPIES = 1024, 8  # a numeric job's own footprint (torch, Triton, the interpreter: ~700 MB of
 # address space measured) and how many times it holds a call's bytes at most
-REACH_BUDGET_S = 30.0  # estimated interpreter seconds the call at production's maximum may take (a decode call at
-# L = 8191 costs seconds; an 8191-row rmsnorm ~60 s on 2 cores, so that one is stated instead), and, apart, the calls
-# crossing the source's thresholds past the cap
-REACH_SAMPLE_BUDGET_S = 10.0  # ... and the secret sizes past the cap (one per octave): paid by every CPU verdict
-# whose plan stops short of production (~1,500 rmsnorm rows), so kept small
-
-
-def _crossings(runner: _Runner, planned, skipped: dict[str, str], slots: list, cover: Cover, dim: str,
-               est_s) -> tuple[list[int], list[int]]:
-    """Calls past the plan's cap, cheapest first, while their estimated seconds fit REACH_BUDGET_S: first one at each
-    size crossing a threshold of the source there (T, T+1, then T-1, and T // N: autokernel/gate/thresholds.py), so
-    `(M // 1100) % 2` in arithmetic, exact at every size the plan and the production-maximum call reach, is judged on
-    the far side of its threshold; then one secret size in each octave from the cap to production (a window keyed
-    on a size derived from other dimensions, with no literal to find). (sizes checked, threshold sizes left for a
-    GPU)."""
-    spec, shapes = runner.spec, [p[0] for p in planned]
-    high = {t for t in cover.thresholds if t + 1 > cover.max_rows}
-    allowed = set(thresholds.rows(high, schedule.at_rows(spec, shapes, 1), dim, cover.production_rows))
-    beyond = {v for t in high for v in (t, t + 1)}  # a threshold's far side first: T - 1 is the side the plan knows
-    todo = sorted((s for s in schedule.range_shapes(spec, shapes, runner.seed, cover.production_rows, high)
-                   if s[dim] in allowed and s[dim] > cover.max_rows), key=lambda s: (s[dim] not in beyond, s[dim]))
-    r, lo, octaves = random.Random(_derive(runner.seed, "past-cap")), cover.max_rows, []
-    while lo < cover.production_rows:
-        hi = min(2 * lo, cover.production_rows)
-        octaves.append(schedule.at_rows(spec, shapes, min(r.randrange(lo + 1, hi + 1) | 1, hi)))
-        lo = hi
-    fits = lambda s: _need_mb(spec, s, planned[0][1]) <= runner.limits.memory_mb  # noqa: E731
-    done = _within(todo, est_s, REACH_BUDGET_S, fits)
-    done += _within(octaves, est_s, REACH_SAMPLE_BUDGET_S, fits)
-    if done:
-        cases = [(s, planned[0][1], "mixed", schedule.SINGLE) for s in done]
-        start = len(planned) + runner.steered + 1  # after the production-maximum call's case (_reach)
-        run_chunks(runner, _chunked(runner, cases, skipped, len(slots), start), slots)
-    return [s[dim] for s in done if json_shape(s) not in skipped], [s[dim] for s in todo if s not in done]
+REACH_BUDGET_S = 30.0  # estimated interpreter seconds the calls past the plan's cap may take, all together (a decode
+# call at L = 8191 costs seconds; an 8191-row rmsnorm ~60 s on 2 cores, so that one is stated instead)
 
 
 def _need_mb(spec: OpSpec, shape: dict, dtype) -> float:
@@ -505,23 +473,32 @@ def _need_mb(spec: OpSpec, shape: dict, dtype) -> float:
     return REACH_BASE_MB + REACH_COPIES * spec.bytes_moved(shape, dtype) / (1 << 20)
 
 
-def _within(shapes: list[dict], est_s, budget_s: float, fits) -> list[dict]:
-    """The first shapes whose estimated seconds add up to at most budget_s, each within the sandbox's memory."""
-    out, spent = [], 0.0
-    for s in shapes:
-        if spent + est_s(s) > budget_s or not fits(s):
-            break
-        spent += est_s(s)
-        out.append(s)
-    return out
+def _past_cap(runner: _Runner, planned, cover: Cover, dim: str) -> list[dict]:
+    """The calls worth making past the plan's cap, in the order they get the budget: the far side (T, T+1) of each
+    threshold of the source there (and of T // N: autokernel/gate/thresholds.py), so `(M // 1100) % 2` in arithmetic,
+    exact at every size below the cap and at production's maximum, is judged inside its window; a secret size in each
+    octave from the cap to production (a window keyed on a size derived from other dimensions has no literal to
+    find); production's maximum last (_reach)."""
+    spec, shapes = runner.spec, [p[0] for p in planned]
+    high = {t for t in cover.thresholds if t + 1 > cover.max_rows}
+    beyond = {v for t in high for v in (t, t + 1)} & set(thresholds.rows(high, schedule.at_rows(spec, shapes, 1),
+                                                                          dim, cover.production_rows))
+    crossing = [schedule.at_rows(spec, shapes, v) for v in sorted(beyond) if v > cover.max_rows]
+    r, lo, octaves = random.Random(_derive(runner.seed, "past-cap")), cover.max_rows, []
+    while lo < cover.production_rows:
+        hi = min(2 * lo, cover.production_rows)
+        octaves.append(schedule.at_rows(spec, shapes, min(r.randrange(lo + 1, hi + 1) | 1, hi)))
+        lo = hi
+    return crossing + [s for s in octaves if s not in crossing]
 
 
 def _reach(runner: _Runner, planned, skipped: dict[str, str], slots: list, cover: Cover) -> dict:
-    """One call at production's maximum of the range dimension when the plan stopped short of it (the interpreter's
-    row cap), if its estimated time (the candidate's measured speed, per_call_model) fits REACH_BUDGET_S: a kernel
-    right up to the cap and wrong past it (a fixed number of key blocks, StreamingLLM-style sinks plus a window) is
-    then judged where production goes. Else what was vouched for is stated in the verdict. {} where there is no
-    gap to close."""
+    """Calls past the plan's cap (the interpreter's row cap) up to production's maximum of the range dimension, each
+    one case, as far as their estimated times (the candidate's measured speed) fit REACH_BUDGET_S together and each
+    fits the sandbox's memory (_past_cap's order; one that does not fit is passed over, cheaper ones still run): a
+    kernel right up to the cap and wrong past it (a fixed number of key blocks, StreamingLLM-style sinks plus a
+    window, a threshold in arithmetic) is then judged where production goes. What was vouched for, and the
+    thresholds' sizes left unchecked, are stated in the verdict. {} where there is no gap to close."""
     spec = runner.spec
     shapes = [p[0] for p in planned]
     if cover.production_rows <= cover.max_rows or not shapes or cover.max_rows <= 1:
@@ -531,7 +508,6 @@ def _reach(runner: _Runner, planned, skipped: dict[str, str], slots: list, cover
         return {}
     dim = schedule.range_dim(spec, shapes)[0]
     shape = top[-1]
-    case = (shape, planned[0][1], "mixed", schedule.SINGLE)
     # linear in work from the costliest shape measured (the plan's own range cases: the same kernel path, at scale);
     # per_call_model's steepest slope, fitted to small calls, overstates a long one tenfold
     big = max(runner.shape_of, key=lambda k: schedule.cost(spec, runner.shape_of[k]), default=None)
@@ -541,20 +517,27 @@ def _reach(runner: _Runner, planned, skipped: dict[str, str], slots: list, cover
     def est_s(s: dict) -> float:
         return runner.call_s[big] * schedule.cost(spec, s) / max(schedule.cost(spec, runner.shape_of[big]), 1)
 
-    crossed, left = _crossings(runner, planned, skipped, slots, cover, dim, est_s)
-    est = est_s(shape)
     # the job holds the inputs and outputs several times over (guard-byte copies, the saved outputs, the result
     # frame) on top of torch and Triton: within the sandbox's memory or not made (a failure would be a verdict)
     need_mb = _need_mb(spec, shape, planned[0][1])
-    out = {"dim": dim, "rows": shape[dim], "vouched": cover.max_rows, "production": cover.production_rows,
-           "est_s": round(est, 1), "need_mb": round(need_mb), "checked": False, "past_cap_checked": crossed,
-           "thresholds_left": left}
-    fits = need_mb <= runner.limits.memory_mb
-    if est <= REACH_BUDGET_S and fits and json_shape(shape) not in {json_shape(s) for s in shapes}:
-        run_chunks(runner, _chunked(runner, [case], skipped, len(slots), len(planned) + runner.steered), slots)
-        out["checked"] = json_shape(shape) not in skipped
-        out["vouched"] = shape[dim] if out["checked"] else cover.max_rows
-    return out
+    known = {json_shape(s) for s in shapes}
+    wanted = [s for s in [*_past_cap(runner, planned, cover, dim), shape] if json_shape(s) not in known]
+    done, spent = [], 0.0
+    for s in dict((json_shape(s), s) for s in wanted).values():
+        if spent + est_s(s) <= REACH_BUDGET_S and _need_mb(spec, s, planned[0][1]) <= runner.limits.memory_mb:
+            spent += est_s(s)
+            done.append(s)
+    if done:
+        cases = [(s, planned[0][1], "mixed", schedule.SINGLE) for s in done]
+        run_chunks(runner, _chunked(runner, cases, skipped, len(slots), len(planned) + runner.steered), slots)
+    ran = [s for s in done if json_shape(s) not in skipped]
+    checked = json_shape(shape) in {json_shape(s) for s in ran}
+    high = {t for t in cover.thresholds if t + 1 > cover.max_rows}
+    left = sorted({s[dim] for s in wanted if s not in done and (s[dim] in high or s[dim] - 1 in high)})
+    return {"dim": dim, "rows": shape[dim], "vouched": shape[dim] if checked else cover.max_rows,
+            "production": cover.production_rows, "est_s": round(est_s(shape), 1), "need_mb": round(need_mb),
+            "checked": checked, "past_cap_checked": sorted(s[dim] for s in ran if s is not shape),
+            "thresholds_left": left}
 
 
 def _coverage_metrics(runner: _Runner) -> dict:

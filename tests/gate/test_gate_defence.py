@@ -57,7 +57,7 @@ def test_every_autotune_config_is_judged_at_every_shape(tmp_path, monkeypatch):
 def test_a_threshold_past_the_cpu_cap_is_crossed(tmp_path, monkeypatch):
     """An rmsnorm that zeroes every row when (M // 1100) % 2 == 1: exact up to the interpreter's cap (1024 rows) and
     at production's maximum (~2950 of max_rows 3000). The calls at the sizes crossing the source's thresholds past
-    the cap (numeric._crossings) reject it; without them (the second verify) it is accepted and vouched for up to
+    the cap (numeric._past_cap) reject it; without them (the second verify) it is accepted and vouched for up to
     production. The reach budget is lifted so the verdict does not depend on this machine's speed."""
     from autokernel.gate import numeric
     monkeypatch.setattr(numeric, "REACH_BUDGET_S", 1e9)
@@ -66,7 +66,7 @@ def test_a_threshold_past_the_cpu_cap_is_crossed(tmp_path, monkeypatch):
                            dists=fx.dists, stages=[], policy=Policy(gate={"max_rows": fx.max_rows}))
     v = run(tmp_path / "crossed")
     assert not v.accepted and v.reason == "numeric.mismatch" and "M=110" in v.detail, v.detail
-    monkeypatch.setattr(numeric, "_crossings", lambda *a, **k: ([], []))
+    monkeypatch.setattr(numeric, "_past_cap", lambda *a, **k: [])
     v = run(tmp_path / "uncrossed")
     assert v.accepted, v.detail
     assert v.stages[2].metrics["reach"]["checked"], v.stages[2].metrics
@@ -76,7 +76,7 @@ def test_a_secret_size_per_octave_past_the_cpu_cap(tmp_path, monkeypatch):
     """A window keyed on a size made from another dimension, with no literal threshold: every row zeroed when
     (M // (N + N // 2)) % 2 == 1, i.e. M in [2734, 5468) on the range cases' N = 1823 (rmsnorm's widest shape).
     Exact up to the interpreter's cap (1024) and at production's maximum (~5950 of max_rows 6000), and no threshold
-    past the cap to cross. The secret size drawn in each octave past the cap (numeric._crossings) lands in the window
+    past the cap to cross. The secret size drawn in each octave past the cap (numeric._past_cap) lands in the window
     under seed 2 (3395 and 5367; most seeds do); without them (the second verify) it is accepted. Budgets lifted: the
     verdict must not depend on this machine's speed."""
     from autokernel.gate import numeric
@@ -84,11 +84,10 @@ def test_a_secret_size_per_octave_past_the_cpu_cap(tmp_path, monkeypatch):
     path = tmp_path / "rmsnorm.py"
     path.write_text(src.replace("keep = 1 - (M // 1100) % 2", "keep = 1 - (M // (N + N // 2)) % 2"))
     monkeypatch.setattr(numeric, "REACH_BUDGET_S", 1e9)
-    monkeypatch.setattr(numeric, "REACH_SAMPLE_BUDGET_S", 1e9)
     run = lambda d: verify("rmsnorm", path, run_dir=d, shapes=[{"M": 4, "N": 64}], dtypes=QUICK_DTYPES,  # noqa: E731
                            dists=["normal"], stages=[], policy=Policy(gate={"max_rows": 6000}), seed=2)
     v = run(tmp_path / "sampled")
     assert not v.accepted and v.reason == "numeric.mismatch" and "M=3395" in v.detail, v.detail
-    monkeypatch.setattr(numeric, "REACH_SAMPLE_BUDGET_S", 0.0)
+    monkeypatch.setattr(numeric, "_past_cap", lambda *a, **k: [])
     v = run(tmp_path / "unsampled")
     assert v.accepted and v.stages[2].metrics["reach"]["checked"], v.detail
