@@ -87,7 +87,8 @@ def test_a_secret_size_per_octave_past_the_cpu_cap(tmp_path, monkeypatch):
     run = lambda d: verify("rmsnorm", path, run_dir=d, shapes=[{"M": 4, "N": 64}], dtypes=QUICK_DTYPES,  # noqa: E731
                            dists=["normal"], stages=[], policy=Policy(gate={"max_rows": 6000}), seed=2)
     v = run(tmp_path / "sampled")
-    assert not v.accepted and v.reason == "numeric.mismatch" and "M=3395" in v.detail, v.detail
+    assert not v.accepted and v.reason == "numeric.mismatch", v.detail
+    assert "M=3395," in v.detail or "M=5367," in v.detail, v.detail  # both in the window: which job reports first
     monkeypatch.setattr(numeric, "_past_cap", lambda *a, **k: [])
     v = run(tmp_path / "unsampled")
     assert v.accepted and v.stages[2].metrics["reach"]["checked"], v.detail
