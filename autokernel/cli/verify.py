@@ -51,11 +51,7 @@ def verify_command(op: str, candidate: Path, trace: Path | None = None, seed: in
         v = verify(op, candidate, shapes=shapes, seed=seed, policy=policy, kernels_dir=kernels_dir)
     except (OSError, UserError) as e:
         return _error(op, candidate, e, as_json)
-    if as_json:
-        print(v.to_json())
-    else:
-        show(v)
-    return 0 if v.accepted else 1
+    return _shown(v, as_json)
 
 
 def _verify_target(repo: Path, op: str, candidate: Path, seed, as_json: bool, policy_file, trace=None) -> int:
@@ -70,6 +66,11 @@ def _verify_target(repo: Path, op: str, candidate: Path, seed, as_json: bool, po
         v = gate.verify(root, op, candidate, policy=policy, seed=seed, trace=trace and Path(trace))
     except (OSError, UserError) as e:
         return _error(op, candidate, e, as_json)
+    return _shown(v, as_json)
+
+
+def _shown(v, as_json: bool) -> int:
+    """The verdict printed (JSON, or the table); exit 0 accepted, 1 rejected."""
     if as_json:
         print(v.to_json())
     else:

@@ -456,10 +456,6 @@ def _config_nodes(fn: ast.FunctionDef) -> list[ast.expr]:
     return []
 
 
-def _autotune_configs(fn: ast.FunctionDef) -> int:
-    return len(_config_nodes(fn))
-
-
 def autotune_variants(source: bytes | str) -> int:
     """How many distinct programs the file's autotuners can pick per launch: the most distinct meta-parameter dicts
     of one autotuner's configs (num_warps and num_stages do not change what a program computes), 1 without any. The
@@ -486,7 +482,7 @@ def _meta(config: ast.AST) -> str:
 def autotune_sites(tree: ast.AST) -> dict[str, Site]:
     out = {}
     for fn in ast.walk(tree):
-        if isinstance(fn, ast.FunctionDef) and (n := _autotune_configs(fn)) > 1:
+        if isinstance(fn, ast.FunctionDef) and (n := len(_config_nodes(fn))) > 1:
             for i in range(n):
                 key = f"autotune:{fn.name}:{i}"
                 out[key] = Site(key, fn.lineno, "block", f"triton.Config #{i + 1} of {fn.name}'s autotune", False)

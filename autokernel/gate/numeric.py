@@ -473,23 +473,21 @@ def _need_mb(spec: OpSpec, shape: dict, dtype) -> float:
     return REACH_BASE_MB + REACH_COPIES * spec.bytes_moved(shape, dtype) / (1 << 20)
 
 
-def _past_cap(runner: _Runner, planned, cover: Cover, dim: str) -> list[dict]:
-    """The calls worth making past the plan's cap, in the order they get the budget: the far side (T, T+1) of each
-    threshold of the source there (and of T // N: autokernel/gate/thresholds.py), so `(M // 1100) % 2` in arithmetic,
-    exact at every size below the cap and at production's maximum, is judged inside its window; a secret size in each
-    octave from the cap to production (a window keyed on a size derived from other dimensions has no literal to
-    find); production's maximum last (_reach)."""
+def _past_cap(runner: _Runner, planned, cover: Cover, dim: str) -> tuple[list[dict], list[dict]]:
+    """The calls worth making past the plan's cap, in the order they get the budget: (crossings) the far side (T,
+    T+1) of each threshold of the source there, so `(M // 1100) % 2` in arithmetic, exact at every size below the cap
+    and at production's maximum, is judged inside its window; (octaves) a secret size in each octave from the cap to
+    production, so a window keyed on a size derived from other dimensions, with no literal to find, is too.
+    Production's maximum comes last (_reach)."""
     spec, shapes = runner.spec, [p[0] for p in planned]
-    high = {t for t in cover.thresholds if t + 1 > cover.max_rows}
-    beyond = {v for t in high for v in (t, t + 1)} & set(thresholds.rows(high, schedule.at_rows(spec, shapes, 1),
-                                                                          dim, cover.production_rows))
-    crossing = [schedule.at_rows(spec, shapes, v) for v in sorted(beyond) if v > cover.max_rows]
+    far = sorted({v for t in cover.thresholds for v in (t, t + 1) if cover.max_rows < v <= cover.production_rows})
+    crossings = [schedule.at_rows(spec, shapes, v) for v in far[:thresholds.MAX_ROWS_FROM_THRESHOLDS]]
     r, lo, octaves = random.Random(_derive(runner.seed, "past-cap")), cover.max_rows, []
     while lo < cover.production_rows:
         hi = min(2 * lo, cover.production_rows)
         octaves.append(schedule.at_rows(spec, shapes, min(r.randrange(lo + 1, hi + 1) | 1, hi)))
         lo = hi
-    return crossing + [s for s in octaves if s not in crossing]
+    return crossings, [s for s in octaves if s not in crossings]
 
 
 def _reach(runner: _Runner, planned, skipped: dict[str, str], slots: list, cover: Cover) -> dict:
@@ -520,24 +518,24 @@ def _reach(runner: _Runner, planned, skipped: dict[str, str], slots: list, cover
     # the job holds the inputs and outputs several times over (guard-byte copies, the saved outputs, the result
     # frame) on top of torch and Triton: within the sandbox's memory or not made (a failure would be a verdict)
     need_mb = _need_mb(spec, shape, planned[0][1])
+    crossings, octaves = _past_cap(runner, planned, cover, dim)
     known = {json_shape(s) for s in shapes}
-    wanted = [s for s in [*_past_cap(runner, planned, cover, dim), shape] if json_shape(s) not in known]
+    wanted = {json_shape(s): s for s in [*crossings, *octaves, shape] if json_shape(s) not in known}
     done, spent = [], 0.0
-    for s in dict((json_shape(s), s) for s in wanted).values():
+    for key, s in wanted.items():
         if spent + est_s(s) <= REACH_BUDGET_S and _need_mb(spec, s, planned[0][1]) <= runner.limits.memory_mb:
             spent += est_s(s)
-            done.append(s)
+            done.append(key)
     if done:
-        cases = [(s, planned[0][1], "mixed", schedule.SINGLE) for s in done]
+        cases = [(wanted[k], planned[0][1], "mixed", schedule.SINGLE) for k in done]
         run_chunks(runner, _chunked(runner, cases, skipped, len(slots), len(planned) + runner.steered), slots)
-    ran = [s for s in done if json_shape(s) not in skipped]
-    checked = json_shape(shape) in {json_shape(s) for s in ran}
-    high = {t for t in cover.thresholds if t + 1 > cover.max_rows}
-    left = sorted({s[dim] for s in wanted if s not in done and (s[dim] in high or s[dim] - 1 in high)})
-    return {"dim": dim, "rows": shape[dim], "vouched": shape[dim] if checked else cover.max_rows,
+    ran = [k for k in done if k not in skipped]
+    last = json_shape(shape)
+    return {"dim": dim, "rows": shape[dim], "vouched": shape[dim] if last in ran else cover.max_rows,
             "production": cover.production_rows, "est_s": round(est_s(shape), 1), "need_mb": round(need_mb),
-            "checked": checked, "past_cap_checked": sorted(s[dim] for s in ran if s is not shape),
-            "thresholds_left": left}
+            "checked": last in ran, "past_cap_checked": sorted(wanted[k][dim] for k in ran if k != last),
+            "thresholds_left": sorted(wanted[k][dim] for k in map(json_shape, crossings) if k in wanted
+                                      and k not in done)}
 
 
 def _coverage_metrics(runner: _Runner) -> dict:

@@ -127,16 +127,13 @@ def reach_line(gate: dict) -> str | None:
         return None
     found = r.get("thresholds_left")
     left = ", ".join(map(str, found[:6])) if isinstance(found, list) else ""
-    sizes = f"; nor at {r.get('dim')} = {left}, where the kernel's thresholds fall" if left else ""
-    if r.get("checked") and not left:
-        return None
+    rerun = "rerun `autokernel verify` where kernels compile before relying on it there"
     if r.get("checked"):
-        return (f"- NOT CHECKED at {r.get('dim')} = {left}, where the kernel's thresholds "
-                "fall past the Triton interpreter's row cap (over its time or the sandbox's memory); rerun "
-                "`autokernel verify` where kernels compile before relying on it there")
+        return (f"- NOT CHECKED at {r.get('dim')} = {left}, where the kernel's thresholds fall past the Triton "
+                f"interpreter's row cap (over its time or the sandbox's memory); {rerun}") if left else None
+    sizes = f"; nor at {r.get('dim')} = {left}, where the kernel's thresholds fall" if left else ""
     return (f"- NOT CHECKED past {r.get('dim')} = {r.get('vouched')} of production's {r.get('production')} (one call "
-            f"there would take ~{r.get('est_s')} s under the Triton interpreter){sizes}; rerun `autokernel verify` "
-            "where kernels compile before relying on it there")
+            f"there would take ~{r.get('est_s')} s under the Triton interpreter){sizes}; {rerun}")
 
 
 def title(w: Win) -> str:

@@ -66,7 +66,7 @@ def test_a_threshold_past_the_cpu_cap_is_crossed(tmp_path, monkeypatch):
                            dists=fx.dists, stages=[], policy=Policy(gate={"max_rows": fx.max_rows}))
     v = run(tmp_path / "crossed")
     assert not v.accepted and v.reason == "numeric.mismatch" and "M=110" in v.detail, v.detail
-    monkeypatch.setattr(numeric, "_past_cap", lambda *a, **k: [])
+    monkeypatch.setattr(numeric, "_past_cap", lambda *a, **k: ([], []))
     v = run(tmp_path / "uncrossed")
     assert v.accepted, v.detail
     assert v.stages[2].metrics["reach"]["checked"], v.stages[2].metrics
@@ -89,6 +89,6 @@ def test_a_secret_size_per_octave_past_the_cpu_cap(tmp_path, monkeypatch):
     v = run(tmp_path / "sampled")
     assert not v.accepted and v.reason == "numeric.mismatch", v.detail
     assert "M=3395," in v.detail or "M=5367," in v.detail, v.detail  # both in the window: which job reports first
-    monkeypatch.setattr(numeric, "_past_cap", lambda *a, **k: [])
+    monkeypatch.setattr(numeric, "_past_cap", lambda *a, **k: ([], []))
     v = run(tmp_path / "unsampled")
     assert v.accepted and v.stages[2].metrics["reach"]["checked"], v.detail
