@@ -1,8 +1,9 @@
 """`autokernel run --repo` on a target checkout, end to end as a user runs it (autokernel/target/run.py): the toy
 target of test_target_gate.py with a planted slow kernel (its rows walked in 8-wide chunks, twice), committed in a
-git repository; the offline search, and an OpenAI-compatible server on 127.0.0.1 playing the LLM, each through the
-real sandboxed gate (e2e included) and benchmark to one commit on an autokernel/* branch holding only the op's file.
-Slow: minutes on 2 CPU cores."""
+git repository; the offline search (here), and an OpenAI-compatible server on 127.0.0.1 playing the LLM
+(test_target_run_llm.py: a file of its own, so that pytest-xdist's loadfile runs the two on different workers), each
+through the real sandboxed gate (e2e included) and benchmark to one commit on an autokernel/* branch holding only the
+op's file. Slow: minutes on 2 CPU cores."""
 import datetime
 import os
 import subprocess
@@ -12,8 +13,7 @@ from pathlib import Path
 
 import git
 import pytest
-from fake_llm_api import Call, FakeAPI, openai_turn
-from test_target_gate import NORM, checkout
+from test_target_gate import checkout
 
 pytestmark = pytest.mark.slow
 CLI = [str(Path(sys.executable).parent / "autokernel")]
@@ -47,14 +47,13 @@ def norm(x, eps):
     _norm_kernel[(rows,)](x, y, eps, x.shape[-1], BLOCK=8)
     return y
 '''
-# The one-block rewrite, its helper inlined: the slow incumbent has no plain helper function for it to keep
-FAST_NORM = textwrap.dedent(NORM.replace("def _block(n):\n    return triton.next_power_of_2(n)\n\n\n", "")
-                            .replace("BLOCK=_block(x.shape[-1])", "BLOCK=triton.next_power_of_2(x.shape[-1])"))
-POLICY = "agent:\n  max_iterations: 2\n  max_wall_s: 1500\nbench:\n  max_time_s: 8\n  job_time_s: 0.3\n"
+# gate.max_rows at the interpreter's cap (1024): the calls past it (numeric._past_cap, up to 4309 rows: 20 s of
+# the gate's 37 s measured) vouch for rows this toy engine never sends; they are tests/gate/test_gate_defence.py's
+POLICY = ("agent:\n  max_iterations: 2\n  max_wall_s: 1500\nbench:\n  max_time_s: 8\n  job_time_s: 0.3\n"
+          "gate:\n  max_rows: 1024\n")
 
 
-@pytest.fixture
-def slow_target(tmp_path):
+def slow_checkout(tmp_path: Path) -> git.Repo:
     root = checkout(tmp_path / "toyt")
     (root / "toyt/ops/norm.py").write_text(textwrap.dedent(SLOW_NORM))
     (root / "policies.yaml").write_text(POLICY)
@@ -62,6 +61,11 @@ def slow_target(tmp_path):
     repo.index.add([str(p.relative_to(root)) for p in root.rglob("*") if p.is_file() and ".git" not in p.parts])
     repo.index.commit("a target with a slow norm", author=git.Actor("u", "u@x"), committer=git.Actor("u", "u@x"))
     return repo
+
+
+@pytest.fixture
+def slow_target(tmp_path):
+    return slow_checkout(tmp_path)
 
 
 def run(args: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
@@ -91,19 +95,3 @@ def test_offline_search_commits_a_faster_launch_configuration(slow_target, tmp_p
     r = run(["--repo", slow_target.working_tree_dir, "--agent", "search", "--policy", str(one)], tmp_path)
     c = assert_committed(slow_target, base, r)
     assert "BLOCK=8)" not in c.tree["toyt/ops/norm.py"].data_stream.read().decode()
-
-
-def test_an_llm_through_a_local_server_commits_its_rewrite_and_its_cheat_is_rejected(slow_target, tmp_path):
-    base = slow_target.head.commit.hexsha
-    cheat = FAST_NORM.replace("_norm_kernel[(rows,)](x, y, eps,", "_norm_kernel[(rows,)](x, y, 1e-5,")
-    assert cheat != FAST_NORM
-    script = [openai_turn("Pin eps to what production sends.", [Call("submit_candidate", {"source": cheat})]),
-              openai_turn("One block per row, one pass.", [Call("submit_candidate", {"source": FAST_NORM})]),
-              openai_turn("", [Call("finish", {"summary": "the whole row in one block"})])]
-    with FakeAPI(script) as api:
-        r = run(["--repo", slow_target.working_tree_dir, "--agent", "openai", "--base-url", f"{api.base_url}/v1"],
-                tmp_path)
-    c = assert_committed(slow_target, base, r)
-    assert c.tree["toyt/ops/norm.py"].data_stream.read().decode() == FAST_NORM
-    transcript = next((tmp_path / "cache").glob("autokernel/run/*/norm/transcript.json")).read_text()
-    assert "numeric.mismatch" in transcript  # the pinned eps was judged and rejected before the rewrite won
