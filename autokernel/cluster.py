@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from autokernel.deadline import Deadline
 from autokernel.errors import UserError
 from autokernel.policy import Policy
 
@@ -248,10 +249,10 @@ class RayCluster:
         """Every job's result, in order; a lost, cancelled or failed job becomes a JobResult, never an exception
         (except a UserError raised by the trusted code, e.g. a node's weak isolation: exit 2)."""
         ray = _ray()
-        deadline = time.monotonic() + self.policy.cluster.job_timeout_s
+        deadline = Deadline.after(self.policy.cluster.job_timeout_s)
         pending, out = list(refs), {}
         while pending:
-            done, pending = ray.wait(pending, num_returns=1, timeout=max(0.0, deadline - time.monotonic()))
+            done, pending = ray.wait(pending, num_returns=1, timeout=deadline.left())
             if not done:
                 for ref in pending:
                     ray.cancel(ref, force=True)

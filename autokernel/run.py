@@ -32,6 +32,7 @@ from rich.table import Table
 
 from autokernel import device, paths
 from autokernel import policy as policy_mod
+from autokernel.deadline import Deadline
 from autokernel.errors import UserError
 from autokernel.untrusted import fenced, inert, line, markup, plain
 
@@ -113,21 +114,21 @@ class Shown:
             if mine:
                 self.live.release()
 
-    def evaluate(self, op: str, source: str, time_left_s: float | None = None) -> Feedback:
+    def evaluate(self, op: str, source: str, deadline: Deadline = Deadline.none()) -> Feedback:
         with self.status(f"[cyan]{op}[/]: candidate {next(self.n)}: sandbox → gate → bench …"):
-            return self.shown(self.inner.evaluate(op, source, time_left_s=time_left_s))
+            return self.shown(self.inner.evaluate(op, source, deadline))
 
-    def gate(self, op: str, source: str, time_left_s: float | None = None) -> Feedback:
+    def gate(self, op: str, source: str, deadline: Deadline = Deadline.none()) -> Feedback:
         with self.status(f"[cyan]{op}[/]: candidate {next(self.n)}: sandbox → gate …"):
-            fb = self.inner.gate(op, source, time_left_s=time_left_s)
+            fb = self.inner.gate(op, source, deadline)
         return fb if fb.verdict == "accepted" else self.shown(fb)
 
-    def bench(self, op: str, source: str, feedback: Feedback, time_left_s: float | None = None) -> Feedback:
+    def bench(self, op: str, source: str, feedback: Feedback, deadline: Deadline = Deadline.none()) -> Feedback:
         with self.status(f"[cyan]{op}[/]: candidate {feedback.sha256[:8]} passed the gate: bench …"):
-            return self.shown(self.inner.bench(op, source, feedback, time_left_s=time_left_s))
+            return self.shown(self.inner.bench(op, source, feedback, deadline))
 
-    def check(self, op: str, source: str, time_left_s: float | None = None) -> dict | None:
-        return self.inner.check(op, source, time_left_s=time_left_s)
+    def check(self, op: str, source: str, deadline: Deadline = Deadline.none()) -> dict | None:
+        return self.inner.check(op, source, deadline)
 
     def shown(self, fb: Feedback) -> Feedback:
         colour = "green" if fb.accepted else "red" if fb.verdict != "accepted" else "yellow"

@@ -8,7 +8,7 @@ and no end-to-end stage, no benchmark. It runs the same gate.verify as a submiss
 than nothing and never weaker than the gate on the cases it runs; passing it promises nothing about the full gate.
 
     quick_check(op, source, ...) -> dict   the sandboxed part (SandboxEvaluator.check calls it)
-    CheckTool(evaluator.check, policy, replies, time_left) -> the loop's handler: budgets, the reply text
+    CheckTool(evaluator.check, policy, replies)(op, args, deadline) -> the loop's handler: budgets, the reply text
 """
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Callable
 
 from autokernel import ops as opspecs
+from autokernel.deadline import Deadline
 from autokernel.policy import Agent as AgentPolicy
 from autokernel.policy import Policy
 
@@ -66,14 +67,14 @@ class CheckTool:
     model; one that runs out of the session's time raises TimeoutError, which ends the session as spent budget
     (autokernel/agent/loop.py)."""
 
-    def __init__(self, run_check: Callable[[str, str, float | None], dict | None], policy: AgentPolicy,
-                 replies: dict, time_left: Callable[[], float], clock: Callable[[], float] = time.monotonic):
+    def __init__(self, run_check: Callable[[str, str, Deadline], dict | None], policy: AgentPolicy,
+                 replies: dict, clock: Callable[[], float] = time.monotonic):
         self.run_check, self.none = run_check, False  # none: the evaluator said it has no quick check
-        self.policy, self.replies, self.time_left, self.clock = policy, replies, time_left, clock
+        self.policy, self.replies, self.clock = policy, replies, clock
         self.used, self.spent_s = 0, 0.0
         self.seen: dict[str, dict] = {}  # source -> its report: the same draft again is answered, not counted
 
-    def __call__(self, op: str, args: dict) -> str:
+    def __call__(self, op: str, args: dict, deadline: Deadline) -> str:
         source = args.get("source")
         if not isinstance(source, str) or not source.strip():
             return self.replies["no_source"].replace("submit_candidate", "check_candidate")
@@ -87,9 +88,9 @@ class CheckTool:
                                                         max_check_s=self.policy.max_check_s)
         t0 = self.clock()
         try:
-            report = self.run_check(op, source, min(left_s, self.time_left()))
+            report = self.run_check(op, source, deadline.within(left_s))
         except TimeoutError as e:
-            if self.time_left() <= 0:
+            if deadline.expired():
                 raise
             report = {"passed": None, "findings": [], "checked": f"not finished: {e}"}
         if report is None:  # no quick check here: not counted, and not asked again

@@ -7,7 +7,7 @@ already evaluated (same sha256) is answered from memory, never evaluated again. 
 apart, gate() and bench(), so parallel workers (autokernel/agent/workers.py) can gate several candidates at once and
 still time them one at a time.
 
-Given `time_left_s` (the session's deadline, autokernel/agent/loop.py), an evaluation never plans past it: the gate's
+Given a `deadline` (the session's, autokernel/agent/loop.py), an evaluation never plans past it: the gate's
 sandbox jobs run under sandbox.timeout_s capped at the time left, the bench's max_time_s likewise, a bench that cannot
 fit is not started, and a deadline that passes (or a sandbox.timeout under the capped limit: our clock, not the
 candidate's fault) raises the built-in TimeoutError, which ends the session as spent budget, never as a rejection.
@@ -20,13 +20,13 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
-import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from autokernel import device
 from autokernel import ops as opspecs
+from autokernel.deadline import Deadline
 from autokernel.errors import UserError
 from autokernel.paths import Layout
 from autokernel.policy import Policy
@@ -99,23 +99,23 @@ class Evaluator(Protocol):
     confirms the winner before committing. SandboxEvaluator, target.run.TargetEvaluator, the wrappers round them
     (workers._Seat, run.Shown) and the tests' doubles implement every method; callers call them directly.
 
-    `time_left_s` is the session's deadline in seconds (None: none): a call that cannot finish in it raises
-    TimeoutError (evaluate.Unbenched after a gate acceptance)."""
+    `deadline` is the session's: a call that cannot finish by it raises TimeoutError (evaluate.Unbenched after a
+    gate acceptance)."""
 
-    def evaluate(self, op: str, source: str, time_left_s: float | None = None) -> Feedback:
+    def evaluate(self, op: str, source: str, deadline: Deadline = Deadline.none()) -> Feedback:
         """Judge one complete candidate file for kernels/<op>.py: gate, then (accepted) bench."""
         ...
 
-    def gate(self, op: str, source: str, time_left_s: float | None = None) -> Feedback:
+    def gate(self, op: str, source: str, deadline: Deadline = Deadline.none()) -> Feedback:
         """The gate's verdict alone, not yet timed; gates of different sources may run at once."""
         ...
 
-    def bench(self, op: str, source: str, feedback: Feedback, time_left_s: float | None = None) -> Feedback:
+    def bench(self, op: str, source: str, feedback: Feedback, deadline: Deadline = Deadline.none()) -> Feedback:
         """The benchmark of a source the gate accepted (`feedback`, its verdict), filling in its figures; one at
         a time on a device."""
         ...
 
-    def check(self, op: str, source: str, time_left_s: float | None = None) -> dict | None:
+    def check(self, op: str, source: str, deadline: Deadline = Deadline.none()) -> dict | None:
         """check_candidate's sandboxed look at a draft (agent/check.py): {passed, findings, checked}; None where
         this evaluator has no quick check (the model is told there is none)."""
         ...
@@ -158,12 +158,11 @@ class SandboxEvaluator:
 
     def __init__(self, run_dir: str | Path, policy: Policy, trace: str | Path | None = None,
                  seed: int | None = None, verify_kwargs: dict | None = None, *, layout: Layout,
-                 clock: Callable[[], float] = time.monotonic, executor: Executor | None = None):
+                 executor: Executor | None = None):
         self.run_dir, self.policy, self.trace = Path(run_dir), policy, trace
         self.seed, self.verify_kwargs = seed, verify_kwargs or {}
         self.layout = layout
         self.seen: dict[str, Feedback] = {}
-        self.clock = clock
         self._checks = itertools.count(1)
         self.executor = executor
 
@@ -176,22 +175,22 @@ class SandboxEvaluator:
         traced = trace_mod.cases(trace_mod.load_trace(self.trace, check_device=False), op)
         return [{**c, "dtype": c["dtype"] or default} for c in traced]
 
-    def evaluate(self, op: str, source: str, time_left_s: float | None = None) -> Feedback:
+    def evaluate(self, op: str, source: str, deadline: Deadline = Deadline.none()) -> Feedback:
         digest = sha256(source)
         if digest in self.seen:
             return replace(self.seen[digest], duplicate=True)
-        deadline = None if time_left_s is None else self.clock() + time_left_s
-        feedback = self.gate(op, source, time_left_s)
+        feedback = self.gate(op, source, deadline)
         if feedback.verdict != "accepted":
             return feedback
-        return self.bench(op, source, feedback, None if deadline is None else deadline - self.clock())
+        return self.bench(op, source, feedback, deadline)
 
-    def gate(self, op: str, source: str, time_left_s: float | None = None) -> Feedback:
+    def gate(self, op: str, source: str, deadline: Deadline = Deadline.none()) -> Feedback:
         """The gate's verdict alone, not yet timed. Gates of different sources may run at once (each on its own
         sandbox slot: autokernel/agent/workers.py); timings may not, so the benchmark is the separate bench()."""
         digest = sha256(source)
-        deadline = None if time_left_s is None else self.clock() + time_left_s
-        policy = capped(self.policy, self._left(deadline, f"{digest[:8]}: no time left for the gate"))
+        if deadline.expired():
+            raise TimeoutError(f"{digest[:8]}: no time left for the gate")
+        policy = capped(self.policy, deadline.left())
         job = self.run_dir / digest[:8]
         job.mkdir(parents=True, exist_ok=True)
         path = job / f"{op}.py"
@@ -201,7 +200,7 @@ class SandboxEvaluator:
         verify = gate.verify if self.executor is None else self.executor.verify
         verdict = verify(op, path, shapes=shapes, seed=self.seed, policy=policy, run_dir=job,
                          kernels_dir=self.layout.kernels, **self.verify_kwargs,
-                         time_left_s=None if deadline is None else deadline - self.clock())  # one gate deadline
+                         time_left_s=deadline.left())  # seconds: the executor may run it on another machine
         feedback = from_verdict(verdict)
         feedback.sha256, feedback.path = digest, str(path)
         if policy.sandbox.timeout_s < self.policy.sandbox.timeout_s and any(
@@ -212,18 +211,15 @@ class SandboxEvaluator:
             self._keep(job, feedback)
         return feedback
 
-    def bench(self, op: str, source: str, feedback: Feedback, time_left_s: float | None = None) -> Feedback:
+    def bench(self, op: str, source: str, feedback: Feedback, deadline: Deadline = Deadline.none()) -> Feedback:
         """The benchmark of a source gate() accepted, filling in `feedback`'s figures: one at a time on a device
         (the caller's job when several sessions share it)."""
         digest, path = feedback.sha256, Path(feedback.path)
         gated = replace(feedback, reasons=list(feedback.reasons), stages=list(feedback.stages))  # before any figure
-        try:
-            left = self._left(None if time_left_s is None else self.clock() + time_left_s,
-                              f"{digest[:8]} passed the gate with no time left for its benchmark")
-        except TimeoutError as e:
-            raise Unbenched(str(e), gated) from None
-        need = bench_floor_s(self.policy)
-        if left is not None and left < need:
+        if deadline.expired():
+            raise Unbenched(f"{digest[:8]} passed the gate with no time left for its benchmark", gated)
+        left, need = deadline.left(), bench_floor_s(self.policy)
+        if left < need:
             raise Unbenched(f"{digest[:8]} passed the gate; its benchmark needs at least ~{need:.3g} s "
                             f"({self.policy.bench.rounds} rounds) and {left:.3g} s are left", gated)
         policy = capped(self.policy, left)
@@ -240,25 +236,16 @@ class SandboxEvaluator:
         (job / "feedback.json").write_text(json.dumps(feedback.to_dict(), indent=1, default=str) + "\n")
         self.seen[feedback.sha256] = feedback
 
-    def check(self, op: str, source: str, time_left_s: float | None = None) -> dict:
+    def check(self, op: str, source: str, deadline: Deadline = Deadline.none()) -> dict:
         """check_candidate's sandboxed part (autokernel/agent/check.py): static + a narrowed numeric check on the
-        cheapest traced shape, its sandbox jobs capped at `time_left_s`; never benchmarked, never remembered as a
+        cheapest traced shape, its sandbox jobs capped at `deadline`; never benchmarked, never remembered as a
         submission."""
         from autokernel.agent.check import quick_check
-        if time_left_s is not None and time_left_s <= 0:
+        if deadline.expired():
             raise TimeoutError("no time left for a check")
         job = self.run_dir / "checks" / f"{next(self._checks):03d}-{sha256(source)[:8]}"  # atomic under threads
         shapes = [c["shape"] for c in self.cases(op)]
-        return quick_check(op, source, job, capped(self.policy, time_left_s), self.layout.kernels, shapes)
-
-    def _left(self, deadline: float | None, why: str) -> float | None:
-        """Seconds to the deadline (None: none); TimeoutError(why) if it has passed."""
-        if deadline is None:
-            return None
-        left = deadline - self.clock()
-        if left <= 0:
-            raise TimeoutError(why)
-        return left
+        return quick_check(op, source, job, capped(self.policy, deadline.left()), self.layout.kernels, shapes)
 
     def confirm(self, op: str, source: str) -> Measurement:
         """A fresh benchmark of an accepted source against the incumbent (the session's best of several noisy
@@ -277,10 +264,8 @@ class SandboxEvaluator:
             raise UserError(str(e)) from None
 
 
-def capped(policy: Policy, left_s: float | None) -> Policy:
-    """The policy with every sandbox job's wall clock and the bench's time cap at most `left_s` (None: as is)."""
-    if left_s is None:
-        return policy
+def capped(policy: Policy, left_s: float) -> Policy:
+    """The policy with every sandbox job's wall clock and the bench's time cap at most `left_s` (inf: as is)."""
     sb, bench = policy.sandbox, policy.bench
     return policy.model_copy(update={"sandbox": sb.model_copy(update={"timeout_s": min(sb.timeout_s, left_s)}),
                                      "bench": bench.model_copy(update={"max_time_s": min(bench.max_time_s, left_s)})})

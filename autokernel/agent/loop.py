@@ -1,10 +1,10 @@
 """The agent loop: run() loops over step(); a small exception tree ends it; the message list is the
 transcript, written to sandbox/<run>/transcript.json after every step with its token counts and cost.
 
-The model is anything with `query(messages, tools, time_left_s) -> assistant message` (providers.Model): an LLM
+The model is anything with `query(messages, tools, deadline) -> assistant message` (providers.Model): an LLM
 through its SDK, the offline search, or a scripted model in tests. Every candidate goes through the same Evaluator
-(gate, then bench). agent.max_wall_s is one deadline for the session: the time left goes to every model call and
-every evaluation (`time_left_s`, where the callee takes it), and one that runs out ends the session as spent budget.
+(gate, then bench). agent.max_wall_s is one deadline for the session (Session.deadline, autokernel/deadline.py): it
+goes to every model call and every evaluation, and one that runs out ends the session as spent budget.
 A model that cannot be used (ModelError: the server kept failing, replies never parsed) ends it with Result.error
 set: an environment failure, never "no improvement". A candidate the gate accepted when no time was left for its
 benchmark (evaluate.Unbenched) ends the session as spent budget and is kept in Result.unbenched (and the ledger):
@@ -33,6 +33,7 @@ from autokernel.agent.evaluate import Evaluator, Feedback, Unbenched, sha256
 from autokernel.agent.ledger import Ledger, answer, delivered_answer
 from autokernel.agent.prompt import Prompt, feedback_text, tools_file
 from autokernel.agent.providers import Model, ModelError
+from autokernel.deadline import Deadline
 from autokernel.policy import Agent as AgentPolicy
 
 
@@ -98,7 +99,7 @@ class Session:
         self.status, self.detail, self.clock = "running", "", clock
         self.error: str | None = None
         self.t0 = clock()
-        self.check = CheckTool(evaluator.check, policy, self.replies, self.time_left_s, clock)  # check_candidate
+        self.check = CheckTool(evaluator.check, policy, self.replies, clock)  # check_candidate
 
     def run(self) -> Result:
         self.t0 = self.clock()
@@ -123,7 +124,7 @@ class Session:
     def step(self) -> None:
         self.check_limits()
         try:
-            reply = self.model.query(self.messages, self.tools, time_left_s=self.time_left_s())
+            reply = self.model.query(self.messages, self.tools, self.deadline)
         except TimeoutError as e:
             raise self.out_of_time(f"during a model call: {e}") from None
         self.messages.append(reply)
@@ -137,8 +138,10 @@ class Session:
                                   "content": self.replies["truncated" if reply.get("truncated") else "no_tool_call"]})
         self.save()
 
-    def time_left_s(self) -> float:
-        return self.policy.max_wall_s - (self.clock() - self.t0)
+    @property
+    def deadline(self) -> Deadline:
+        """agent.max_wall_s from the session's start, on its clock."""
+        return Deadline(self.t0 + self.policy.max_wall_s, self.clock)
 
     def out_of_time(self, when: str) -> LimitReached:
         return LimitReached(f"wall_s budget spent: {self.clock() - self.t0:.6g} of {self.policy.max_wall_s:g} "
@@ -172,7 +175,7 @@ class Session:
             return self.replies["finished"]
         if name == "check_candidate":  # free: budgeted apart from submissions (agent.max_checks, max_check_s)
             try:
-                return self.check(self.op, args)
+                return self.check(self.op, args, self.deadline)
             except TimeoutError as e:
                 raise self.out_of_time(f"during a check: {e}") from None
         if name != "submit_candidate":
@@ -196,7 +199,7 @@ class Session:
             return answer(known)
         if len(self.candidates) >= self.policy.max_iterations:
             return self.replies["out_of_submissions"].format(max_iterations=self.policy.max_iterations)
-        if self.time_left_s() <= 0:
+        if self.deadline.expired():
             return self.replies["out_of_time"]
         try:
             feedback = self.judge(source)
@@ -222,17 +225,17 @@ class Session:
         written where no candidate ran (<run>/ledger-<sha8>/)."""
         gated = self.ledger.gated(self.op, source) if self.ledger else None
         if gated is None:
-            return self.evaluator.evaluate(self.op, source, time_left_s=self.time_left_s())
+            return self.evaluator.evaluate(self.op, source, self.deadline)
         path = self.transcript.parent / f"ledger-{gated['sha256'][:8]}" / f"{self.op}.py"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(source)
         g = gated["gate"]
         fb = Feedback(self.op, gated["sha256"], "accepted", stages=list(g.get("stages") or []), path=str(path),
                       seed=g.get("seed"), isolation=str(g.get("isolation") or ""), device=str(g.get("device") or ""))
-        return self.evaluator.bench(self.op, source, fb, time_left_s=self.time_left_s())
+        return self.evaluator.bench(self.op, source, fb, self.deadline)
 
     def feedback(self, fb: Feedback) -> str:
-        return feedback_text(fb, self.policy.max_iterations - len(self.candidates), max(0.0, self.time_left_s()))
+        return feedback_text(fb, self.policy.max_iterations - len(self.candidates), self.deadline.left())
 
     @property
     def best(self) -> Candidate | None:

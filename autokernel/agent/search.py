@@ -25,6 +25,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import Generator, TypeGuard
 
+from autokernel.deadline import Deadline
 from autokernel.policy import Bench
 
 POW2_BLOCKS = tuple(2 ** i for i in range(4, 15))  # 16 .. 16384: tl.dot needs every dim >= 16
@@ -235,7 +236,7 @@ class SearchModel:
         self.eval_s: list[float] = []  # how long each proposal took to come back judged
         self.n = 0
 
-    def query(self, messages: list[dict], tools: list[dict], time_left_s: float | None = None) -> dict:
+    def query(self, messages: list[dict], tools: list[dict], deadline: Deadline = Deadline.none()) -> dict:
         if self.proposed_at is not None:
             self.eval_s.append(self.clock() - self.proposed_at)
         if self.source is None:
@@ -251,9 +252,9 @@ class SearchModel:
                 return _finish("no tunable launch meta-parameters (UPPER_CASE *BLOCK* literals" +
                                (")" if self.interpreter else ", num_warps, num_stages)") + " in this kernel's "
                                "launches: nothing for the offline search to try")
-        if time_left_s is not None and self.eval_s and max(self.eval_s) > time_left_s:
+        if self.eval_s and max(self.eval_s) > (left := deadline.left()):
             return _finish(f"stopped after {self.n} candidates: another evaluation takes ~{max(self.eval_s):.0f} s "
-                           f"(the longest so far) and {time_left_s:.0f} s of the wall-clock budget are left")
+                           f"(the longest so far) and {left:.0f} s of the wall-clock budget are left")
         assert self.search is not None  # made with the knobs, above
         try:
             config = next(self.search) if self.pending is None else self.search.send(_score(messages, self.pending))

@@ -23,7 +23,6 @@ from __future__ import annotations
 import json
 import queue
 import threading
-import time
 from concurrent import futures
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
@@ -35,6 +34,7 @@ from autokernel.agent.ledger import Ledger
 from autokernel.agent.loop import Result, Session
 from autokernel.agent.prompt import Prompt
 from autokernel.agent.providers import Model
+from autokernel.deadline import Deadline
 from autokernel.policy import Agent as AgentPolicy
 from autokernel.policy import Sandbox as SandboxPolicy
 from autokernel.sandbox.slots import Slot, default_slots, pinned
@@ -73,12 +73,11 @@ def gate_pool(sandbox_policy: SandboxPolicy) -> SlotPool:
     return SlotPool(default_slots(sandbox_policy))
 
 
-def gate_job(evaluator: Evaluator, op: str, source: str, deadline: float | None) -> Feedback:
+def gate_job(evaluator: Evaluator, op: str, source: str, deadline: Deadline) -> Feedback:
     """One gate, run on a slot: the time left is counted when the job starts, so a wait for a slot is not free."""
-    left = None if deadline is None else deadline - time.monotonic()
-    if left is not None and left <= 0:
+    if deadline.expired():
         raise TimeoutError(f"{sha256(source)[:8]}: no time left for the gate (waited for a sandbox slot)")
-    return evaluator.gate(op, source, time_left_s=left)
+    return evaluator.gate(op, source, deadline)
 
 
 class Judge:
@@ -92,7 +91,7 @@ class Judge:
         self.winner: tuple[int, str] | None = None  # (worker, sha256) of the first accepted candidate
         self.abort: str | None = None  # a worker ended on an error: the others stop too
 
-    def evaluate(self, worker: int, op: str, source: str, time_left_s: float | None = None,
+    def evaluate(self, worker: int, op: str, source: str, deadline: Deadline = Deadline.none(),
                  gated: Feedback | None = None) -> Feedback:
         """`source` gated and benched, or only benched where `gated` is the gate's acceptance of it (a ledger's:
         loop.Session.judge); another worker's judgement of the same source is answered as a duplicate."""
@@ -106,7 +105,7 @@ class Judge:
             except Unbenched as e:  # out of time after its gate: the worker that submitted it keeps it
                 raise TimeoutError(str(e)) from None
         try:
-            fb = self._judge(worker, op, source, time_left_s, gated)
+            fb = self._judge(worker, op, source, deadline, gated)
         except BaseException as e:
             with self.lock:  # not judged after all (out of time, an environment error): a later submit may retry
                 del self.judged[digest]
@@ -115,31 +114,28 @@ class Judge:
         fut.set_result(fb)
         return fb
 
-    def _judge(self, worker: int, op: str, source: str, time_left_s: float | None,
-               gated: Feedback | None) -> Feedback:
-        deadline = None if time_left_s is None else time.monotonic() + time_left_s
+    def _judge(self, worker: int, op: str, source: str, deadline: Deadline, gated: Feedback | None) -> Feedback:
         fb = self.gate(op, source, deadline) if gated is None else gated
         if fb.verdict != "accepted":
             return fb
         return self.bench(worker, op, source, fb, deadline)
 
-    def gate(self, op: str, source: str, deadline: float | None) -> Feedback:
+    def gate(self, op: str, source: str, deadline: Deadline) -> Feedback:
         """The inner gate on a slot of the pool: several at once."""
         return self.executor.submit(gate_job, self.inner, op, source, deadline).result()
 
-    def bench(self, worker: int, op: str, source: str, fb: Feedback, deadline: float | None) -> Feedback:
+    def bench(self, worker: int, op: str, source: str, fb: Feedback, deadline: Deadline) -> Feedback:
         with self.bench_lock:  # timings never overlap: one benchmark at a time on the device
-            left = None if deadline is None else deadline - time.monotonic()
-            return self._won(worker, self.inner.bench(op, source, fb, time_left_s=left))
+            return self._won(worker, self.inner.bench(op, source, fb, deadline))
 
     def _won(self, worker: int, fb: Feedback) -> Feedback:
         if fb.accepted and self.winner is None:
             self.winner = (worker, fb.sha256)
         return fb
 
-    def check(self, op: str, source: str, time_left_s: float | None = None) -> dict | None:
+    def check(self, op: str, source: str, deadline: Deadline = Deadline.none()) -> dict | None:
         """check_candidate's sandboxed look, on a slot like a gate (it runs candidate code too)."""
-        return self.executor.submit(self.inner.check, op, source, time_left_s=time_left_s).result()
+        return self.executor.submit(self.inner.check, op, source, deadline).result()
 
     def stop_early(self, worker: int, early_success: bool) -> Callable[[], str | None]:
         def why() -> str | None:
@@ -157,18 +153,18 @@ class _Seat:
     def __init__(self, judge: Judge, worker: int):
         self.judge, self.worker = judge, worker
 
-    def evaluate(self, op: str, source: str, time_left_s: float | None = None) -> Feedback:
-        return self.judge.evaluate(self.worker, op, source, time_left_s)
+    def evaluate(self, op: str, source: str, deadline: Deadline = Deadline.none()) -> Feedback:
+        return self.judge.evaluate(self.worker, op, source, deadline)
 
-    def gate(self, op: str, source: str, time_left_s: float | None = None) -> Feedback:
-        return self.judge.gate(op, source, None if time_left_s is None else time.monotonic() + time_left_s)
+    def gate(self, op: str, source: str, deadline: Deadline = Deadline.none()) -> Feedback:
+        return self.judge.gate(op, source, deadline)
 
-    def bench(self, op: str, source: str, feedback: Feedback, time_left_s: float | None = None) -> Feedback:
+    def bench(self, op: str, source: str, feedback: Feedback, deadline: Deadline = Deadline.none()) -> Feedback:
         """A gate acceptance the ledger holds, benchmarked as a submission is: once across workers, under the lock."""
-        return self.judge.evaluate(self.worker, op, source, time_left_s, gated=feedback)
+        return self.judge.evaluate(self.worker, op, source, deadline, gated=feedback)
 
-    def check(self, op: str, source: str, time_left_s: float | None = None) -> dict | None:
-        return self.judge.check(op, source, time_left_s)
+    def check(self, op: str, source: str, deadline: Deadline = Deadline.none()) -> dict | None:
+        return self.judge.check(op, source, deadline)
 
     def confirm(self, op: str, source: str) -> Measurement:
         return self.judge.inner.confirm(op, source)

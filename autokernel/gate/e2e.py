@@ -38,6 +38,7 @@ from pathlib import Path
 import torch
 
 from autokernel import device, paths, sandbox
+from autokernel.deadline import Deadline
 from autokernel.engine.divergence import divergence, longest_run
 from autokernel.gate import e2e_child
 from autokernel.gate.verdict import StageResult
@@ -281,18 +282,16 @@ def _per_call(op: str, call_s: dict[str, float]):
     return predict
 
 
-def job_limits(policy: Policy, predicted: float | None, deadline: float | None = None):
+def job_limits(policy: Policy, predicted: float | None, deadline: Deadline = Deadline.none()):
     """The e2e job's limits: the policy's sandbox limits, the wall clock stretched to gate.e2e_timeout_factor times
     the plan's predicted time when that is longer (a slow but correct candidate under the CPU interpreter must not
-    fail on the clock), and never past `deadline` (time.monotonic() seconds; the gate's overall deadline, which
-    autokernel/gate/pipeline.py judges)."""
+    fail on the clock), and never past `deadline` (the gate's overall deadline, which autokernel/gate/pipeline.py
+    judges)."""
     limits = policy.sandbox
     if predicted is not None and policy.gate.e2e_timeout_factor * predicted > limits.timeout_s:
         need = policy.gate.e2e_timeout_factor * predicted
         limits = limits.model_copy(update={"timeout_s": need, "cpu_s": max(limits.cpu_s, int(2 * need))})
-    if deadline is not None:
-        limits = limits.model_copy(update={"timeout_s": max(0.001, min(limits.timeout_s, deadline - time.monotonic()))})
-    return limits
+    return limits.model_copy(update={"timeout_s": max(0.001, min(limits.timeout_s, deadline.left()))})
 
 
 def _returned(data: dict, base: dict, new_tokens: int) -> tuple[list[torch.Tensor] | None, list, str]:
@@ -383,10 +382,11 @@ def _sample_temperature() -> float:
 
 
 def stage(op: str, candidate: Path, policy: Policy, job_dir: Path | None = None,
-          kernels_dir: Path | None = None, measured: dict | None = None, deadline: float | None = None) -> StageResult:
+          kernels_dir: Path | None = None, measured: dict | None = None,
+          deadline: Deadline = Deadline.none()) -> StageResult:
     """The gate's end-to-end stage for `candidate` (the gate's own copy of the file) in slot `op`. `measured`: the
     numeric stage's metrics (per-call times by shape), which size the job (plan) and its time limit (job_limits);
-    `deadline`: the gate's overall deadline (time.monotonic() seconds), past which the job is cut. `kernels_dir`:
+    `deadline`: the gate's overall deadline, past which the job is cut. `kernels_dir`:
     the target checkout's kernels/ (gate.verify always passes it); None, for a test calling the stage alone: the
     installed project's (paths.INSTALLED_LAYOUT), resolved here once."""
     t0 = time.perf_counter()

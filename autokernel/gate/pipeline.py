@@ -15,6 +15,7 @@ from typing import Protocol, Sequence
 import torch
 
 from autokernel import device
+from autokernel.deadline import Deadline
 from autokernel.gate import numeric, static, thresholds
 from autokernel.gate.verdict import StageResult, Verdict
 from autokernel.ops import get
@@ -28,31 +29,28 @@ class Stage(Protocol):
     """A stage run after static, runtime and numeric have passed, in order (verify's `stages` replaces the default,
     the end-to-end stage alone, in tests). It is given the op, the gate's own copy of the candidate (the bytes that
     were hashed) and the policy; by keyword the target's kernels/ (verify resolves it once), the numeric stage's
-    metrics (its per-call times size the stage's time limit) and the deadline (time.monotonic(); None: none)."""
+    metrics (its per-call times size the stage's time limit) and the gate's deadline."""
 
     def __call__(self, op: str, candidate: Path, policy: Policy, *, kernels_dir: Path,
-                 measured: dict | None = None, deadline: float | None = None) -> StageResult: ...
+                 measured: dict | None = None, deadline: Deadline = Deadline.none()) -> StageResult: ...
 
 
 def _e2e(op: str, candidate: Path, policy: Policy, *, kernels_dir: Path,
-         measured: dict | None = None, deadline: float | None = None) -> StageResult:
+         measured: dict | None = None, deadline: Deadline = Deadline.none()) -> StageResult:
     from autokernel.gate import e2e
     return e2e.stage(op, candidate, policy, kernels_dir=kernels_dir, measured=measured, deadline=deadline)
 
 
-def _capped(limits, deadline: float | None):
-    """Sandbox limits whose wall clock ends by `deadline` (time.monotonic()); TimeoutError if it has passed."""
-    if deadline is None:
-        return limits
-    left = deadline - time.monotonic()
-    if left <= 0:
+def _capped(limits, deadline: Deadline):
+    """Sandbox limits whose wall clock ends by `deadline`; TimeoutError if it has passed."""
+    if deadline.expired():
         raise TimeoutError("the gate's deadline passed before its next sandbox job")
-    return limits.model_copy(update={"timeout_s": min(limits.timeout_s, left)})
+    return limits.model_copy(update={"timeout_s": min(limits.timeout_s, deadline.left())})
 
 
-def _deadline_cut(results: list[StageResult], deadline: float | None) -> None:
+def _deadline_cut(results: list[StageResult], deadline: Deadline) -> None:
     """A job that timed out at the deadline ran out of the caller's time, not its own: TimeoutError, not a verdict."""
-    if deadline is not None and time.monotonic() >= deadline - 1.0 and any(
+    if deadline.left() <= 1.0 and any(
             not r.passed and r.reason == "sandbox.timeout" for r in results):
         raise TimeoutError("a gate job was cut at the caller's deadline")
 
@@ -68,7 +66,7 @@ def _timed(fn, *args):
 
 
 def _sandboxed(spec, copy: Path, job_dir: Path, policy: Policy, shapes, dtypes, dists, seed: int, source: bytes,
-               deadline: float | None) -> list[StageResult]:
+               deadline: Deadline) -> list[StageResult]:
     """The runtime and numeric stages: the case plan (traced shapes, the production-range sweep, the thresholds the
     source compares) run in the sandbox and judged here (autokernel/gate/numeric.py)."""
     max_rows = policy.gate.max_rows  # under the CPU interpreter at most max_rows_interpreter (policy.py)
@@ -109,12 +107,13 @@ def verify(op: str, candidate_path: str | Path, *, shapes: list[dict] | None = N
     (autokernel.paths), whose <op>.py gives the launcher signature and whose other kernels the end-to-end engine
     runs; None: the installed project's (paths.INSTALLED_LAYOUT), resolved here once and passed to every stage
     (the default for callers that name no checkout: tests; the commands and the agent pass theirs). time_left_s:
-    the caller's deadline (an agent session's, autokernel/agent/evaluate.py); each sandbox job then runs under the
-    time left at its start, and a job cut by the deadline, or a deadline passed before a job, raises TimeoutError
-    (the caller's clock, not a verdict).
+    the seconds left to the caller (an agent session's deadline, autokernel/agent/evaluate.py; None or inf: no
+    limit), in seconds because verify may run on another machine (autokernel/cluster.py); each sandbox job then
+    runs under the time left at its start, and a job cut by the deadline, or a deadline passed before a job, raises
+    TimeoutError (the caller's clock, not a verdict).
     """
     t0 = time.perf_counter()
-    deadline = None if time_left_s is None else time.monotonic() + time_left_s
+    deadline = Deadline.after(time_left_s)
     spec = get(op)
     source = Path(candidate_path).read_bytes()
     sha = hashlib.sha256(source).hexdigest()

@@ -18,6 +18,7 @@ from pathlib import Path
 from autokernel import paths
 from autokernel.agent.evaluate import Feedback, from_verdict, sha256
 from autokernel.agent.prompt import Prompt
+from autokernel.deadline import Deadline
 from autokernel.errors import UserError
 from autokernel.target import declaration as decl
 from autokernel.untrusted import line
@@ -39,17 +40,17 @@ class TargetEvaluator:
         path.write_text(source)
         return path
 
-    def evaluate(self, op: str, source: str, time_left_s: float | None = None) -> Feedback:
+    def evaluate(self, op: str, source: str, deadline: Deadline = Deadline.none()) -> Feedback:
         digest = sha256(source)
         if digest in self.seen:
             return replace(self.seen[digest], duplicate=True)
-        fb = self.gate(op, source, time_left_s)
+        fb = self.gate(op, source, deadline)
         if fb.verdict == "accepted":
-            fb = self.bench(op, source, fb, time_left_s)
+            fb = self.bench(op, source, fb, deadline)
         self.seen[digest] = fb
         return fb
 
-    def gate(self, op: str, source: str, time_left_s: float | None = None) -> Feedback:
+    def gate(self, op: str, source: str, deadline: Deadline = Deadline.none()) -> Feedback:
         """The target gate's verdict (autokernel/target/gate.py, e2e included), not yet timed. It takes no deadline:
         its jobs run under the policy's own limits."""
         from autokernel.target import gate
@@ -59,13 +60,13 @@ class TargetEvaluator:
         fb.path = str(path)
         return fb
 
-    def bench(self, op: str, source: str, feedback: Feedback, time_left_s: float | None = None) -> Feedback:
+    def bench(self, op: str, source: str, feedback: Feedback, deadline: Deadline = Deadline.none()) -> Feedback:
         """The target benchmark of the file the gate accepted (`feedback.path`), its figures filled in."""
         path = Path(feedback.path)
         fill(feedback, self._measure(path, path.parent / "bench"))
         return feedback
 
-    def check(self, op: str, source: str, time_left_s: float | None = None) -> dict | None:
+    def check(self, op: str, source: str, deadline: Deadline = Deadline.none()) -> dict | None:
         return None  # no quick check for a target's op: check_candidate tells the model so
 
     def _measure(self, path: Path, run_dir: Path):

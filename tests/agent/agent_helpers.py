@@ -8,6 +8,7 @@ from pathlib import Path
 from autokernel.agent.evaluate import Feedback, sha256
 from autokernel.agent.search import apply, find_knobs
 from autokernel.bench.measure import Measurement
+from autokernel.deadline import Deadline
 
 ROOT = Path(__file__).resolve().parents[2]
 KERNEL_FILE = ROOT / "kernels" / "rmsnorm.py"  # the incumbent the prompts show (prompt.build's kernel_file)
@@ -33,16 +34,16 @@ class WholeEvaluator:
     """The rest of the Evaluator protocol for a double judged in one call (its evaluate, figures included): gate()
     is that whole judgement and bench() keeps its figures; no quick check; never confirms."""
 
-    def evaluate(self, op: str, source: str, time_left_s: float | None = None) -> Feedback:
+    def evaluate(self, op: str, source: str, deadline: Deadline = Deadline.none()) -> Feedback:
         raise NotImplementedError
 
-    def gate(self, op: str, source: str, time_left_s: float | None = None) -> Feedback:
-        return self.evaluate(op, source, time_left_s)
+    def gate(self, op: str, source: str, deadline: Deadline = Deadline.none()) -> Feedback:
+        return self.evaluate(op, source, deadline)
 
-    def bench(self, op: str, source: str, feedback: Feedback, time_left_s: float | None = None) -> Feedback:
+    def bench(self, op: str, source: str, feedback: Feedback, deadline: Deadline = Deadline.none()) -> Feedback:
         return feedback
 
-    def check(self, op: str, source: str, time_left_s: float | None = None) -> dict | None:
+    def check(self, op: str, source: str, deadline: Deadline = Deadline.none()) -> dict | None:
         return None
 
     def confirm(self, op: str, source: str) -> Measurement:
@@ -60,18 +61,18 @@ class StubEvaluator:
         self.calls: list[str] = []
         self.seen: dict[str, Feedback] = {}
 
-    def evaluate(self, op: str, source: str, time_left_s: float | None = None) -> Feedback:
+    def evaluate(self, op: str, source: str, deadline: Deadline = Deadline.none()) -> Feedback:
         digest = sha256(source)
         if digest in self.seen:
             return self.seen[digest]
         self.calls.append(source)
-        fb = self.gate(op, source, time_left_s)
+        fb = self.gate(op, source, deadline)
         if fb.verdict == "accepted":
-            fb = self.bench(op, source, fb, time_left_s)
+            fb = self.bench(op, source, fb, deadline)
         self.seen[digest] = fb
         return fb
 
-    def gate(self, op: str, source: str, time_left_s: float | None = None) -> Feedback:
+    def gate(self, op: str, source: str, deadline: Deadline = Deadline.none()) -> Feedback:
         if "torch.nn.functional" in source:
             return Feedback(op, sha256(source), "rejected",
                             reasons=[{"stage": "static", "code": "static.forbidden_import",
@@ -79,11 +80,11 @@ class StubEvaluator:
                                                 "own Triton kernel"}])
         return Feedback(op, sha256(source), "accepted", device="cpu-interpreter", note="stub")
 
-    def bench(self, op: str, source: str, feedback: Feedback, time_left_s: float | None = None) -> Feedback:
+    def bench(self, op: str, source: str, feedback: Feedback, deadline: Deadline = Deadline.none()) -> Feedback:
         s = self.speedup
         return replace(feedback, accepted=True, speedup=s, speedup_ci=[s - 0.05, s + 0.05], pct_of_peak=self.pct)
 
-    def check(self, op: str, source: str, time_left_s: float | None = None) -> dict | None:
+    def check(self, op: str, source: str, deadline: Deadline = Deadline.none()) -> dict | None:
         return None
 
     def confirm(self, op: str, source: str) -> Measurement:
@@ -107,11 +108,11 @@ class ScriptedModel:
         self.replies, self.on_query = list(replies), on_query
         self.name, self.prices, self.model = "scripted", None, None
         self.seen: list[list[dict]] = []
-        self.time_left: list[float | None] = []  # the deadline the loop passed with each query
+        self.time_left: list[float] = []  # the seconds left to the deadline the loop passed with each query
 
-    def query(self, messages: list[dict], tools: list[dict], time_left_s: float | None = None) -> dict:
+    def query(self, messages: list[dict], tools: list[dict], deadline: Deadline = Deadline.none()) -> dict:
         self.seen.append([dict(m) for m in messages])
-        self.time_left.append(time_left_s)
+        self.time_left.append(deadline.left())
         if self.on_query:
             self.on_query(messages)
         return self.replies.pop(0)

@@ -7,6 +7,7 @@ from agent_helpers import CHEAT, GOOD, INCUMBENT, KERNEL_FILE, ScriptedModel, St
 from autokernel.agent.evaluate import SandboxEvaluator
 from autokernel.agent.loop import Session
 from autokernel.agent.prompt import build
+from autokernel.deadline import Deadline
 from autokernel.paths import INSTALLED_LAYOUT
 from autokernel.policy import Agent, Policy
 
@@ -18,8 +19,8 @@ class Checking(StubEvaluator):
         super().__init__()
         self.clock, self.checked = clock, []
 
-    def check(self, op, source, time_left_s=None):
-        self.checked.append(time_left_s)
+    def check(self, op, source, deadline=None):
+        self.checked.append(deadline.left())
         self.clock.t += 10.0
         bad = "torch.nn.functional" in source
         return {"passed": not bad, "findings": [{"stage": "static", "code": "static.forbidden_import"}] if bad else [],
@@ -98,7 +99,7 @@ def test_a_wrong_kernel_fails_the_quick_numeric_check(tmp_path):
     wrong = INCUMBENT.replace("y = x * rstd * w", "y = x * rstd")
     assert wrong and wrong != INCUMBENT
     ev = SandboxEvaluator(tmp_path, Policy(), layout=INSTALLED_LAYOUT)
-    bad = ev.check("rmsnorm", wrong, time_left_s=120.0)
+    bad = ev.check("rmsnorm", wrong, Deadline.after(120.0))
     assert bad["passed"] is False and bad["findings"][0]["code"].startswith("numeric."), bad
-    ok = ev.check("rmsnorm", INCUMBENT, time_left_s=120.0)
+    ok = ev.check("rmsnorm", INCUMBENT, Deadline.after(120.0))
     assert ok["passed"] is True and "numeric: passed" in ok["checked"], ok

@@ -39,7 +39,7 @@ def test_run_session_returns_the_best_candidate_for_the_caller(tmp_path):
 
 def test_no_accepted_candidate_exits_1(tmp_path):
     class RejectAll(StubEvaluator):
-        def evaluate(self, op, source, time_left_s=None):
+        def evaluate(self, op, source, deadline=None):
             return super().evaluate(op, "torch.nn.functional" + source)
     policy = Policy()
     policy.agent.max_iterations = 2

@@ -12,6 +12,7 @@ from autokernel import gate, paths
 from autokernel.agent.evaluate import Feedback, SandboxEvaluator, Unbenched, from_verdict, gate_record, sha256
 from autokernel.bench.measure import FileResult, IncumbentFailed, Measurement, ShapeResult
 from autokernel.bench.stats import Interval
+from autokernel.deadline import Deadline
 from autokernel.errors import UserError
 from autokernel.gate.verdict import StageResult, Verdict
 from autokernel.policy import Policy
@@ -192,14 +193,14 @@ def timed(monkeypatch):
 
 def test_time_left_caps_the_gate_and_the_bench(tmp_path, timed):
     clock, seen = timed
-    fb = evaluator(tmp_path, clock=clock).evaluate("rmsnorm", GOOD, time_left_s=40.0)
+    fb = evaluator(tmp_path).evaluate("rmsnorm", GOOD, Deadline.after(40.0, clock))
     assert fb.accepted
     (gp,), (bp,) = seen["verify"], seen["bench"]
     assert gp.sandbox.timeout_s == 40.0  # policy default 300: capped at the time left
     assert bp.sandbox.timeout_s == 35.0 and bp.bench.max_time_s == 30.0  # 5 s went to the gate; 30 s is the cap
-    fb2 = evaluator(tmp_path / "b", clock=clock).evaluate("rmsnorm", GOOD + "\n", time_left_s=25.0)
+    fb2 = evaluator(tmp_path / "b").evaluate("rmsnorm", GOOD + "\n", Deadline.after(25.0, clock))
     assert fb2.accepted and seen["bench"][-1].bench.max_time_s == 20.0
-    evaluator(tmp_path / "c", clock=clock).evaluate("rmsnorm", GOOD + "\n\n")  # no deadline: policy as is
+    evaluator(tmp_path / "c").evaluate("rmsnorm", GOOD + "\n\n")  # no deadline: policy as is
     assert seen["verify"][-1].sandbox.timeout_s == 300.0 and seen["bench"][-1].bench.max_time_s == 30.0
 
 
@@ -207,17 +208,17 @@ def test_a_bench_that_cannot_fit_is_not_started(tmp_path, timed):
     clock, seen = timed
     seen["gate_s"] = 10.0  # 15 - 10 = 5 s left, under the 6 rounds x 2 files x 1 s a bench needs at least
     with pytest.raises(TimeoutError, match="benchmark needs at least"):
-        evaluator(tmp_path, clock=clock).evaluate("rmsnorm", GOOD, time_left_s=15.0)
+        evaluator(tmp_path).evaluate("rmsnorm", GOOD, Deadline.after(15.0, clock))
     assert len(seen["verify"]) == 1 and seen["bench"] == []
 
 
 def test_no_time_left_runs_nothing(tmp_path, timed):
     clock, seen = timed
     with pytest.raises(TimeoutError):
-        evaluator(tmp_path, clock=clock).evaluate("rmsnorm", GOOD, time_left_s=0.0)
+        evaluator(tmp_path).evaluate("rmsnorm", GOOD, Deadline.after(0.0, clock))
     seen["gate_s"] = 50.0  # the gate itself overran the deadline: no bench, a timeout
     with pytest.raises(Unbenched, match="no time left for its benchmark") as e:
-        evaluator(tmp_path, clock=clock).evaluate("rmsnorm", GOOD, time_left_s=20.0)
+        evaluator(tmp_path).evaluate("rmsnorm", GOOD, Deadline.after(20.0, clock))
     assert len(seen["verify"]) == 1 and seen["bench"] == []
     assert e.value.feedback.verdict == "accepted" and e.value.feedback.sha256 == sha256(GOOD)
 
@@ -231,8 +232,8 @@ def test_a_timeout_under_the_capped_limit_is_the_clock_not_a_rejection(tmp_path,
                                StageResult.fail("numeric", "sandbox.timeout", "killed after 20 s")], seed=1,
                               device={"kind": "cpu-interpreter"}, elapsed_s=20.0)
     with pytest.raises(TimeoutError, match="deadline-capped"):
-        evaluator(tmp_path, clock=clock).evaluate("rmsnorm", GOOD, time_left_s=20.0)
-    fb = evaluator(tmp_path / "b", clock=clock).evaluate("rmsnorm", GOOD)  # uncapped: the candidate's own
+        evaluator(tmp_path).evaluate("rmsnorm", GOOD, Deadline.after(20.0, clock))
+    fb = evaluator(tmp_path / "b").evaluate("rmsnorm", GOOD)  # uncapped: the candidate's own
     assert fb.verdict == "rejected" and fb.reasons[0]["code"] == "sandbox.timeout"
 
 
@@ -247,7 +248,7 @@ def test_the_loop_ends_as_spent_budget_when_the_evaluator_times_out(tmp_path, ti
     policy = Agent(max_wall_s=50.0)
     model = ScriptedModel([turn("", ("submit_candidate", {"source": GOOD}))])
     prompt = build("rmsnorm", policy, kernel_file=KERNEL_FILE)
-    ev = evaluator(tmp_path, clock=clock)
+    ev = evaluator(tmp_path)
     s = Session("rmsnorm", model, ev, prompt, policy, tmp_path / "run", clock=clock)
     r = s.run()
     assert r.status == "limit" and "during an evaluation" in r.detail and r.submitted == 1
@@ -261,7 +262,7 @@ def test_a_bench_timeout_under_the_capped_limit_keeps_the_gate_verdict(tmp_path,
     monkeypatch.setattr(bench_measure, "measure", lambda *a, **kw: measurement("sandbox.timeout", False,
                                                                                 "sandbox.timeout"))
     with pytest.raises(Unbenched, match="deadline-capped") as e:
-        evaluator(tmp_path, clock=clock).evaluate("rmsnorm", GOOD, time_left_s=40.0)
+        evaluator(tmp_path).evaluate("rmsnorm", GOOD, Deadline.after(40.0, clock))
     assert e.value.feedback.verdict == "accepted" and e.value.feedback.reasons == []  # the gate's, untouched
-    fb = evaluator(tmp_path / "b", clock=clock).evaluate("rmsnorm", GOOD)  # uncapped: the candidate's own
+    fb = evaluator(tmp_path / "b").evaluate("rmsnorm", GOOD)  # uncapped: the candidate's own
     assert fb.verdict == "rejected" and fb.reasons[-1]["code"] == "sandbox.timeout"

@@ -76,17 +76,17 @@ class StagedStub(StubEvaluator):
         super().__init__()
         self.won, self.gates, self.benches = won, [], []
 
-    def evaluate(self, op, source, time_left_s=None):
+    def evaluate(self, op, source, deadline=None):
         fb = self.gate(op, source)
         return fb if fb.verdict != "accepted" else self.bench(op, source, fb)
 
-    def gate(self, op, source, time_left_s=None):
+    def gate(self, op, source, deadline=None):
         self.gates.append(source)
         fb = super().gate(op, source)  # static.forbidden_import, or accepted
         return fb if fb.verdict != "accepted" else replace(
             fb, stages=[{"name": "numeric", "passed": True}], seed=7, isolation="bwrap+cgroup", note="")
 
-    def bench(self, op, source, fb, time_left_s=None):
+    def bench(self, op, source, fb, deadline=None):
         self.benches.append((source, fb))
         s = 1.25 if self.won else 1.0
         return replace(fb, accepted=self.won, speedup=s, speedup_ci=[s - 0.05, s + 0.05])

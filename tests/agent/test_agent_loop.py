@@ -126,7 +126,7 @@ def test_out_of_submissions_within_one_turn(tmp_path, rmsnorm_prompt):
 
 def test_best_is_the_fastest_accepted(tmp_path, rmsnorm_prompt):
     class Ranked(StubEvaluator):
-        def evaluate(self, op, source, time_left_s=None):
+        def evaluate(self, op, source, deadline=None):
             fb = super().evaluate(op, source)
             fb.speedup = {1: 1.1, 2: 1.4, 4: 1.2}[int(source.split("num_warps=")[1][0])]
             return fb
@@ -144,10 +144,10 @@ def test_no_accepted_candidate_means_no_best(tmp_path, rmsnorm_prompt):
 
 def test_model_error_ends_the_session_with_the_transcript_saved(tmp_path, rmsnorm_prompt):
     class Broken(ScriptedModel):
-        def query(self, messages, tools, time_left_s=None):
+        def query(self, messages, tools, deadline=None):
             if len(messages) > 2:
                 raise ModelError("openai: HTTP 500 from x after 4 retries: boom")
-            return super().query(messages, tools, time_left_s)
+            return super().query(messages, tools, deadline)
     model = Broken([turn("a", ("submit_candidate", {"source": GOOD}))])
     result = Session("rmsnorm", model, StubEvaluator(), rmsnorm_prompt, Agent(), tmp_path).run()
     t = json.loads((tmp_path / "transcript.json").read_text())
@@ -164,7 +164,7 @@ def test_a_clean_end_has_no_error(tmp_path, rmsnorm_prompt):
 
 def test_user_error_propagates_after_saving(tmp_path, rmsnorm_prompt):
     class NoKey(ScriptedModel):
-        def query(self, messages, tools, time_left_s=None):
+        def query(self, messages, tools, deadline=None):
             raise UserError("anthropic: api.anthropic.com refused the API key (HTTP 401)")
     with pytest.raises(UserError):
         Session("rmsnorm", NoKey([]), StubEvaluator(), rmsnorm_prompt, Agent(), tmp_path).run()
@@ -206,7 +206,7 @@ def test_every_static_finding_budget_slack_and_kl_reach_the_model(tmp_path, rmsn
                    StageResult.ok("e2e", kl_mean=1.1e-11, kl_p99=3e-11, kl_max=9e-11, top1=1.0, positions=48)]
 
     class FromVerdicts(WholeEvaluator):
-        def evaluate(self, op, source, time_left_s=None):
+        def evaluate(self, op, source, deadline=None):
             stages = [findings] if source == bad else good_stages
             v = Verdict(op, "x.py", sha256(source), "rejected" if source == bad else "accepted", stages, 1234,
                         {"kind": "cpu-interpreter"}, 1.0)
@@ -244,8 +244,8 @@ def test_the_deadline_reaches_model_and_evaluator_and_an_overrun_ends_the_sessio
             super().__init__()
             self.time_left = []
 
-        def evaluate(self, op, source, time_left_s=None):
-            self.time_left.append(time_left_s)
+        def evaluate(self, op, source, deadline=None):
+            self.time_left.append(deadline.left())
             clock.now += 95.0  # the evaluation overruns the 100 s budget
             return super().evaluate(op, source)
 
@@ -263,13 +263,13 @@ def test_the_deadline_reaches_model_and_evaluator_and_an_overrun_ends_the_sessio
 @pytest.mark.parametrize("where", ["model", "evaluator"])
 def test_a_callee_that_runs_out_of_time_ends_the_session_as_spent_budget(tmp_path, rmsnorm_prompt, where):
     class Late(ScriptedModel):
-        def query(self, messages, tools, time_left_s=None):
+        def query(self, messages, tools, deadline=None):
             if where == "model" and len(messages) > 2:
                 raise TimeoutError("openai: no complete reply before the wall-clock budget ran out")
-            return super().query(messages, tools, time_left_s)
+            return super().query(messages, tools, deadline)
 
     class LateEvaluator(StubEvaluator):
-        def evaluate(self, op, source, time_left_s=None):
+        def evaluate(self, op, source, deadline=None):
             raise TimeoutError("the gate's e2e stage did not fit the time left")
     model = Late([turn("", ("submit_candidate", {"source": GOOD})), turn("", ("finish", {}))])
     result = Session("rmsnorm", model, LateEvaluator() if where == "evaluator" else StubEvaluator(), rmsnorm_prompt,
@@ -281,7 +281,7 @@ def test_a_callee_that_runs_out_of_time_ends_the_session_as_spent_budget(tmp_pat
 
 def test_model_unavailable_is_an_error_not_a_limit(tmp_path, rmsnorm_prompt):
     class Down(ScriptedModel):
-        def query(self, messages, tools, time_left_s=None):
+        def query(self, messages, tools, deadline=None):
             raise ModelUnavailable("openai: HTTP 500 from http://x after 4 retries: boom")
     result = Session("rmsnorm", Down([]), StubEvaluator(), rmsnorm_prompt, Agent(), tmp_path).run()
     assert result.status == "model_error" and result.error.startswith("openai: HTTP 500") and result.best is None
@@ -291,7 +291,7 @@ def test_a_second_submission_in_the_turn_that_spent_the_budget_is_not_evaluated(
     clock = Clock()
 
     class Slow(StubEvaluator):
-        def evaluate(self, op, source, time_left_s=None):
+        def evaluate(self, op, source, deadline=None):
             clock.now += 150.0
             return super().evaluate(op, source)
     other = GOOD.replace("num_warps=8", "num_warps=2")

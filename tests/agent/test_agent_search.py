@@ -71,7 +71,7 @@ class Synthetic(WholeEvaluator):
     def __init__(self):
         self.configs = []
 
-    def evaluate(self, op, source, time_left_s=None):
+    def evaluate(self, op, source, deadline=None):
         config = {k.name: k.default for k in find_knobs(source)}
         self.configs.append(config)
         if config["BLOCK_K"] < 32:
@@ -210,7 +210,7 @@ class PlantedScorer(WholeEvaluator):
         self.sources: list[str] = []
         self.clock_step_s, self.now = clock_step_s, now
 
-    def evaluate(self, op, source, time_left_s=None):
+    def evaluate(self, op, source, deadline=None):
         from autokernel.gate import static
         if self.now is not None:
             self.now[0] += self.clock_step_s

@@ -22,6 +22,7 @@ from autokernel import paths, run
 from autokernel.agent import workers
 from autokernel.agent.evaluate import Feedback, sha256
 from autokernel.agent.ledger import Ledger
+from autokernel.deadline import Deadline
 from autokernel.policy import Policy
 from autokernel.sandbox.slots import Slot, pinned_env
 
@@ -39,7 +40,7 @@ class StagedStub:
         self.gated, self.benched, self.confirmed, self.slot_env = [], [], [], []
         self.active = self.max_active = 0
 
-    def gate(self, op: str, source: str, time_left_s: float | None = None) -> Feedback:
+    def gate(self, op: str, source: str, deadline: Deadline = Deadline.none()) -> Feedback:
         with self.lock:
             self.gated.append(sha256(source))
             self.slot_env.append(pinned_env())
@@ -51,7 +52,7 @@ class StagedStub:
         return Feedback(op, sha256(source), "accepted", device="cpu-interpreter", seed=7, isolation="stub",
                         path=str(self.op_dir / sha256(source)[:8] / f"{op}.py"))
 
-    def bench(self, op: str, source: str, fb: Feedback, time_left_s: float | None = None) -> Feedback:
+    def bench(self, op: str, source: str, fb: Feedback, deadline: Deadline = Deadline.none()) -> Feedback:
         with self.lock:
             self.benched.append(fb.sha256)
             self.active += 1
@@ -65,11 +66,11 @@ class StagedStub:
             fb.reasons.append({"stage": "bench", "code": "bench.no_win", "detail": f"{s}x"})
         return fb
 
-    def evaluate(self, op: str, source: str, time_left_s: float | None = None) -> Feedback:
+    def evaluate(self, op: str, source: str, deadline: Deadline = Deadline.none()) -> Feedback:
         fb = self.gate(op, source)
         return self.bench(op, source, fb) if fb.verdict == "accepted" else fb
 
-    def check(self, op: str, source: str, time_left_s: float | None = None) -> dict | None:
+    def check(self, op: str, source: str, deadline: Deadline = Deadline.none()) -> dict | None:
         return None
 
     def confirm(self, op: str, source: str):
@@ -141,9 +142,9 @@ def test_early_success_stops_the_other_workers_at_their_next_turn(tmp_path):
     won = threading.Event()
 
     class Waits(ScriptedModel):
-        def query(self, messages, tools, time_left_s=None):
+        def query(self, messages, tools, deadline=None):
             assert won.wait(30)
-            return super().query(messages, tools, time_left_s)
+            return super().query(messages, tools, deadline)
 
     ev = StagedStub(tmp_path)
     bench = ev.bench

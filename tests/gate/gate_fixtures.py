@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from autokernel.deadline import Deadline
 from autokernel.gate import StageResult, Verdict, numeric, thresholds, verify
 from autokernel.ops import get
 from autokernel.policy import Policy
@@ -73,7 +74,7 @@ def params(fxs) -> list:
 
 
 def e2e_fails(op: str, candidate: Path, policy: Policy, *, kernels_dir: Path | None = None,
-              measured: dict | None = None, deadline: float | None = None) -> StageResult:
+              measured: dict | None = None, deadline: Deadline = Deadline.none()) -> StageResult:
     return StageResult.fail("e2e", "e2e.kl_exceeded", f"stub stage saw {candidate.name} for {op}")
 
 

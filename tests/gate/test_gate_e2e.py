@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from autokernel.deadline import Deadline
 from autokernel.gate import e2e
 from autokernel.policy import Policy
 
@@ -207,22 +208,19 @@ def test_plan_fits_the_candidates_measured_speed_in_the_budget(monkeypatch):
 def test_job_limits_follow_the_plans_prediction():
     """A slow but correct candidate gets the time its e2e job needs (issue: a matmul_q4_1 rewrite was killed at the
     300 s default), and never more than the gate's deadline leaves."""
-    import time
     policy = Policy()
     assert e2e.job_limits(policy, 50.0).timeout_s == policy.sandbox.timeout_s
     assert e2e.job_limits(policy, None) == policy.sandbox
     slow = e2e.job_limits(policy, 400.0)
     assert slow.timeout_s == policy.gate.e2e_timeout_factor * 400.0 and slow.cpu_s >= slow.timeout_s
     assert policy.sandbox.timeout_s == 300.0  # the policy itself is untouched
-    cut = e2e.job_limits(policy, 400.0, deadline=time.monotonic() + 60.0)
+    cut = e2e.job_limits(policy, 400.0, deadline=Deadline.after(60.0))
     assert 50.0 < cut.timeout_s <= 60.0
 
 
 def test_the_gate_deadline_caps_every_job_and_a_cut_is_no_verdict(monkeypatch, tmp_path):
     """Given the caller's time left (an agent session's), each sandbox job runs under what is left at its start, and a
     job cut at the deadline raises TimeoutError (the caller's clock) instead of rejecting the candidate."""
-    import time
-
     from autokernel.gate import StageResult, pipeline, verify
     seen = {}
 
@@ -238,9 +236,9 @@ def test_the_gate_deadline_caps_every_job_and_a_cut_is_no_verdict(monkeypatch, t
     fx = ROOT / "tests" / "gate" / "fixtures" / "rmsnorm" / "legit_multi_row.py"
     with pytest.raises(TimeoutError):
         verify("rmsnorm", fx, run_dir=tmp_path, stages=[stage], time_left_s=0.5)
-    assert seen["numeric_timeout_s"] <= 0.5 and seen["deadline"] <= time.monotonic() + 0.5
+    assert seen["numeric_timeout_s"] <= 0.5 and seen["deadline"].left() <= 0.5
     v = verify("rmsnorm", fx, run_dir=tmp_path, stages=[stage])  # no deadline: the job's own limit, a verdict
-    assert v.reason == "sandbox.timeout" and seen["deadline"] is None
+    assert v.reason == "sandbox.timeout" and seen["deadline"] == Deadline.none()
     assert seen["numeric_timeout_s"] == Policy().sandbox.timeout_s
 
 

@@ -12,6 +12,7 @@ from autokernel import device
 from autokernel.agent.evaluate import Feedback, sha256
 from autokernel.bench.measure import FileResult, Measurement, ShapeResult
 from autokernel.bench.stats import Interval
+from autokernel.deadline import Deadline
 from autokernel.profile.trace import SCHEMA
 
 HOSTILE = "x[/]y \x1b[2J\x1b]0;owned\x07\x1b[32mACCEPTED\x1b[0m\r"  # markup closer, clear screen, OSC title
@@ -46,7 +47,7 @@ class ScriptedModel:
     def __init__(self, replies: list[dict]):
         self.replies = list(replies)
 
-    def query(self, messages, tools, time_left_s=None):
+    def query(self, messages, tools, deadline=None):
         return self.replies.pop(0)
 
 
@@ -70,11 +71,11 @@ class StubEvaluator:
     def __init__(self, op_dir: Path):
         self.op_dir, self.evaluated, self.confirmed = Path(op_dir), [], []
 
-    def evaluate(self, op: str, source: str, time_left_s: float | None = None) -> Feedback:
-        fb = self.gate(op, source, time_left_s)
-        return fb if fb.verdict != "accepted" else self.bench(op, source, fb, time_left_s)
+    def evaluate(self, op: str, source: str, deadline: Deadline = Deadline.none()) -> Feedback:
+        fb = self.gate(op, source, deadline)
+        return fb if fb.verdict != "accepted" else self.bench(op, source, fb, deadline)
 
-    def gate(self, op: str, source: str, time_left_s: float | None = None) -> Feedback:
+    def gate(self, op: str, source: str, deadline: Deadline = Deadline.none()) -> Feedback:
         self.evaluated.append(source)
         digest = sha256(source)
         if "REJECT" in source:
@@ -95,10 +96,10 @@ class StubEvaluator:
         return Feedback(op, digest, "accepted", stages=stages, device="cpu-interpreter",
                         path=str(self.op_dir / digest[:8] / f"{op}.py"), seed=12345, isolation="bwrap+cgroup")
 
-    def bench(self, op: str, source: str, feedback: Feedback, time_left_s: float | None = None) -> Feedback:
+    def bench(self, op: str, source: str, feedback: Feedback, deadline: Deadline = Deadline.none()) -> Feedback:
         return replace(feedback, accepted=True, speedup=2.0, speedup_ci=[1.9, 2.1], note="stub")
 
-    def check(self, op: str, source: str, time_left_s: float | None = None) -> dict | None:
+    def check(self, op: str, source: str, deadline: Deadline = Deadline.none()) -> dict | None:
         return None
 
     def confirm(self, op: str, source: str) -> Measurement:

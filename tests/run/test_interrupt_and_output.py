@@ -26,7 +26,7 @@ def clone(tmp_path):
 
 
 class Interrupted(ScriptedModel):
-    def query(self, messages, tools, time_left_s=None):
+    def query(self, messages, tools, deadline=None):
         raise KeyboardInterrupt
 
 

@@ -25,7 +25,7 @@ FAILURE = "HTTP 500 from the server after 3 tries: " + HOSTILE
 class FailingAfter(ScriptedModel):
     """Plays its script, then raises what the provider raises when the server keeps answering 500."""
 
-    def query(self, messages, tools, time_left_s=None):
+    def query(self, messages, tools, deadline=None):
         if self.replies:
             return self.replies.pop(0)
         raise ModelUnavailable(FAILURE)

@@ -38,10 +38,10 @@ class Stub(StubEvaluator):
         super().__init__(op_dir)
         self.on_evaluate = on_evaluate
 
-    def gate(self, op, source, time_left_s=None):
+    def gate(self, op, source, deadline=None):
         if self.on_evaluate:
             self.on_evaluate(source)
-        return super().gate(op, source, time_left_s)
+        return super().gate(op, source, deadline)
 
 
 def ctx_for(clone, llm, stubs: list, on_evaluate=None):

@@ -21,6 +21,7 @@ from autokernel import gate, paths, run
 from autokernel.agent.evaluate import SandboxEvaluator
 from autokernel.agent.ledger import Ledger
 from autokernel.cli import run as run_cli
+from autokernel.deadline import Deadline
 from autokernel.gate.verdict import StageResult, Verdict
 from autokernel.policy import Policy
 
@@ -68,11 +69,23 @@ def source(clone) -> str:
     return (Path(clone.working_tree_dir) / "kernels" / "rmsnorm.py").read_text() + "# two rows per program\n"
 
 
+class FakeClocked(SandboxEvaluator):
+    """The session's deadline (on the real clock) read on the fake clock the fake gate advances, from the start of
+    each evaluation."""
+
+    def __init__(self, *a, clock, **kw):
+        super().__init__(*a, **kw)
+        self.clock = clock
+
+    def evaluate(self, op, source, deadline=Deadline.none()):
+        return super().evaluate(op, source, Deadline.after(deadline.left(), self.clock))
+
+
 def ctx_for(clone, llm, fakes, policy=None):
     policy = policy or Policy.model_validate({"agent": {"max_wall_s": 300}})
     return run.Context(paths.Layout(Path(clone.working_tree_dir)), policy, policy.agent, llm,
-                       lambda op_dir, pol, trace, layout: SandboxEvaluator(op_dir, pol, trace=trace, layout=layout,
-                                                                           clock=fakes["clock"]),
+                       lambda op_dir, pol, trace, layout: FakeClocked(op_dir, pol, trace=trace, layout=layout,
+                                                                      clock=fakes["clock"]),
                        Console(file=io.StringIO(), width=300), yes=True)
 
 
@@ -137,7 +150,7 @@ def test_a_gate_pass_with_time_left_is_benchmarked_in_the_session(clone, tmp_pat
 class Silent:
     name, prices, model = "scripted:silent", None, None
 
-    def query(self, messages, tools, time_left_s=None):
+    def query(self, messages, tools, deadline=None):
         raise TimeoutError("openai: no complete reply before the wall-clock budget ran out")
 
 
@@ -174,7 +187,7 @@ class CutGate(StubEvaluator):
     def __init__(self, op_dir, *a):
         super().__init__(op_dir)
 
-    def gate(self, op, source, time_left_s=None):
+    def gate(self, op, source, deadline=None):
         raise TimeoutError("a gate job hit the deadline-capped limit of 33 s")
 
 

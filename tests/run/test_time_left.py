@@ -6,6 +6,7 @@ from delivery_doubles import StubEvaluator
 from rich.console import Console
 
 from autokernel import run
+from autokernel.deadline import Deadline
 
 
 class Recording(StubEvaluator):
@@ -13,28 +14,29 @@ class Recording(StubEvaluator):
         super().__init__("/tmp")
         self.got = []
 
-    def evaluate(self, op, source, time_left_s=None):
-        self.got.append(("evaluate", time_left_s))
+    def evaluate(self, op, source, deadline=None):
+        self.got.append(("evaluate", deadline))
         return StubEvaluator("/tmp").evaluate(op, source)
 
-    def gate(self, op, source, time_left_s=None):
-        self.got.append(("gate", time_left_s))
+    def gate(self, op, source, deadline=None):
+        self.got.append(("gate", deadline))
         return super().gate(op, source)
 
-    def bench(self, op, source, feedback, time_left_s=None):
-        self.got.append(("bench", time_left_s))
+    def bench(self, op, source, feedback, deadline=None):
+        self.got.append(("bench", deadline))
         return super().bench(op, source, feedback)
 
-    def check(self, op, source, time_left_s=None):
-        self.got.append(("check", time_left_s))
+    def check(self, op, source, deadline=None):
+        self.got.append(("check", deadline))
         return None
 
 
 def test_shown_forwards_the_time_left():
     inner = Recording()
     shown = run.Shown(inner, Console(file=io.StringIO()))
-    shown.evaluate("rmsnorm", "src", time_left_s=12.5)
-    fb = shown.gate("rmsnorm", "src", time_left_s=11.0)
-    shown.bench("rmsnorm", "src", fb, time_left_s=10.0)
-    assert shown.check("rmsnorm", "src", time_left_s=9.0) is None
-    assert inner.got == [("evaluate", 12.5), ("gate", 11.0), ("bench", 10.0), ("check", 9.0)]
+    d = [Deadline.after(s) for s in (12.5, 11.0, 10.0, 9.0)]
+    shown.evaluate("rmsnorm", "src", d[0])
+    fb = shown.gate("rmsnorm", "src", d[1])
+    shown.bench("rmsnorm", "src", fb, d[2])
+    assert shown.check("rmsnorm", "src", d[3]) is None
+    assert inner.got == [("evaluate", d[0]), ("gate", d[1]), ("bench", d[2]), ("check", d[3])]

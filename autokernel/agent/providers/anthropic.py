@@ -7,12 +7,13 @@ from autokernel.agent.providers.common import (
     TIMEOUT_S,
     _call,
     _Client,
-    _Deadline,
     _Dropped,
     _parse,
     _probe,
+    _Turn,
     usage,
 )
+from autokernel.deadline import Deadline
 
 
 class AnthropicModel(_Client):
@@ -28,7 +29,7 @@ class AnthropicModel(_Client):
         if probe:
             _probe(self)
 
-    def query(self, messages: list[dict], tools: list[dict], time_left_s: float | None = None) -> dict:
+    def query(self, messages: list[dict], tools: list[dict], deadline: Deadline = Deadline.none()) -> dict:
         system, msgs = to_anthropic(messages)
         specs = [{"name": t["name"], "description": t["description"], "input_schema": t["parameters"]}
                  for t in tools]
@@ -37,10 +38,10 @@ class AnthropicModel(_Client):
         system_blocks = [{"type": "text", "text": system, "cache_control": cached}]
         if msgs:
             msgs[-1]["content"][-1] = {**msgs[-1]["content"][-1], "cache_control": cached}
-        return _call(self, lambda timeout_s, deadline: self._attempt(system_blocks, msgs, specs, timeout_s, deadline),
-                     time_left_s)
+        return _call(self, lambda timeout_s, turn: self._attempt(system_blocks, msgs, specs, timeout_s, turn),
+                     deadline)
 
-    def _attempt(self, system: list, msgs: list, specs: list, timeout_s: float, deadline: _Deadline) -> dict:
+    def _attempt(self, system: list, msgs: list, specs: list, timeout_s: float, turn: _Turn) -> dict:
         extra = {}
         if self.thinking_budget_tokens:  # thinking gets its own room: max_tokens covers thinking + the reply
             extra = {"thinking": {"type": "enabled", "budget_tokens": self.thinking_budget_tokens}}
@@ -50,7 +51,7 @@ class AnthropicModel(_Client):
         self.reached = True
         blocks: dict[int, dict] = {}
         start, out_tokens, stop, done = None, 0, None, False
-        with deadline.watch(stream.response):
+        with turn.watch(stream.response):
             for ev in stream:
                 if ev.type == "message_start":
                     start = ev.message.usage

@@ -13,7 +13,6 @@ session with `Result.error` set, never read as "no improvement".
 from __future__ import annotations
 
 import json
-import math
 import os
 import threading
 import time
@@ -25,6 +24,7 @@ from urllib.parse import urlparse
 
 import yaml
 
+from autokernel.deadline import Deadline
 from autokernel.errors import UserError
 
 DEFAULT_MODELS = {"anthropic": "claude-sonnet-4-6", "openai": "gpt-5"}
@@ -68,9 +68,9 @@ class Model(Protocol):
         """The model id sent to the server (a server's first listed one when none was named); None: no server."""
         ...
 
-    def query(self, messages: list[dict], tools: list[dict], time_left_s: float | None = None) -> dict:
-        """The next assistant message (neutral format, with usage) for this conversation and these tools, within
-        time_left_s seconds (None: no deadline) or OutOfTime."""
+    def query(self, messages: list[dict], tools: list[dict], deadline: Deadline = Deadline.none()) -> dict:
+        """The next assistant message (neutral format, with usage) for this conversation and these tools, by
+        `deadline` or OutOfTime."""
         ...
 
 
@@ -145,29 +145,28 @@ class _Dropped(Exception):
     """The stream ended before the API's end-of-reply marker (finish_reason / message_stop)."""
 
 
-class _Deadline:
-    """The session's deadline for one turn: `watch(response)` closes a stream still open when it passes."""
+class _Turn:
+    """One turn under the session's deadline: `watch(response)` closes a stream still open when it passes."""
 
-    def __init__(self, time_left_s: float | None):
-        self.at = math.inf if time_left_s is None else time.monotonic() + max(0.0, time_left_s)
-        self.fired = False
+    def __init__(self, deadline: Deadline):
+        self.deadline, self.fired = deadline, False
 
     def left(self) -> float:
-        return self.at - time.monotonic()
+        return self.deadline.left()
 
     def passed(self) -> bool:
-        return self.fired or self.left() <= 0
+        return self.fired or self.deadline.expired()
 
     @contextmanager
     def watch(self, response):
-        if self.at == math.inf:
+        if self.deadline.at is None:
             yield
             return
 
         def fire():
             self.fired = True
             response.close()  # the reading thread's next (or current) read fails at once
-        timer = threading.Timer(max(0.0, self.left()), fire)
+        timer = threading.Timer(self.left(), fire)
         timer.daemon = True
         timer.start()
         try:
@@ -220,18 +219,18 @@ def _classify(m, e: Exception, retries: int) -> tuple[str, Exception, float]:
 T = TypeVar("T")
 
 
-def _call(m, attempt: Callable[[float, _Deadline], T], time_left_s: float | None) -> T:
-    """One turn: `attempt(timeout_s, deadline)` until it returns, retrying transient failures (m.max_retries) and
+def _call(m, attempt: Callable[[float, _Turn], T], deadline: Deadline) -> T:
+    """One turn: `attempt(timeout_s, turn)` until it returns, retrying transient failures (m.max_retries) and
     malformed replies (MALFORMED_RETRIES), never past the deadline (OutOfTime)."""
-    deadline = _Deadline(time_left_s)
+    turn = _Turn(deadline)
     retries = malformed = 0
     while True:
-        if deadline.passed():
+        if turn.passed():
             raise OutOfTime(f"{m.provider}: no complete reply from {m.where} before the wall-clock budget ran out")
         try:
-            return attempt(min(m.timeout_s, deadline.left()), deadline)
+            return attempt(min(m.timeout_s, turn.left()), turn)
         except Exception as e:  # every failure is classified; none escapes unnamed
-            if deadline.passed():
+            if turn.passed():
                 raise OutOfTime(f"{m.provider}: {m.where} was still replying when the wall-clock budget ran "
                                 f"out") from e
             kind, failure, wait = _classify(m, e, retries)
@@ -244,7 +243,7 @@ def _call(m, attempt: Callable[[float, _Deadline], T], time_left_s: float | None
             retries += 1
             if wait > MAX_BACKOFF_S:
                 raise failure from e
-            if wait >= deadline.left():
+            if wait >= turn.left():
                 raise OutOfTime(f"{m.provider}: {m.where} asked to retry in {wait:.3g} s, past the wall-clock "
                                 f"budget") from e
             time.sleep(wait)
@@ -274,14 +273,14 @@ class _Client:
 
     def _models(self) -> list[str] | None:
         """The ids the server lists, or None where it has no models endpoint (PREFLIGHT_TIMEOUT_S per request)."""
-        def attempt(timeout_s, deadline):
+        def attempt(timeout_s, turn):
             try:
                 ids = [x.id for x in self.client.models.list(timeout=min(timeout_s, PREFLIGHT_TIMEOUT_S))]
             except self.sdk.NotFoundError:
                 ids = None
             self.reached = True
             return ids
-        return _call(self, attempt, None)
+        return _call(self, attempt, Deadline.none())
 
 
 def _probe(m: _Client) -> None:

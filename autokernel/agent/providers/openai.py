@@ -10,12 +10,13 @@ from autokernel.agent.providers.common import (
     TIMEOUT_S,
     _call,
     _Client,
-    _Deadline,
     _Dropped,
     _parse,
     _probe,
+    _Turn,
     usage,
 )
+from autokernel.deadline import Deadline
 from autokernel.errors import UserError
 
 
@@ -39,11 +40,10 @@ class OpenAIModel(_Client):
         if probe and not self.reached:
             _probe(self)
 
-    def query(self, messages: list[dict], tools: list[dict], time_left_s: float | None = None) -> dict:
-        return _call(self, lambda timeout_s, deadline: self._attempt(messages, tools, timeout_s, deadline),
-                     time_left_s)
+    def query(self, messages: list[dict], tools: list[dict], deadline: Deadline = Deadline.none()) -> dict:
+        return _call(self, lambda timeout_s, turn: self._attempt(messages, tools, timeout_s, turn), deadline)
 
-    def _attempt(self, messages: list[dict], tools: list[dict], timeout_s: float, deadline: _Deadline) -> dict:
+    def _attempt(self, messages: list[dict], tools: list[dict], timeout_s: float, turn: _Turn) -> dict:
         limit: dict[str, int | str] = {"max_tokens" if self.base_url else "max_completion_tokens":
                  self.max_output_tokens + self.reasoning_room_tokens}  # reasoning tokens count against it
         if self.reasoning_effort:
@@ -56,7 +56,7 @@ class OpenAIModel(_Client):
             model=self.model, messages=to_openai(messages), tools=specs, stream=True,
             stream_options={"include_usage": True}, timeout=timeout_s, **limit)
         self.reached = True
-        with deadline.watch(stream.response):
+        with turn.watch(stream.response):
             for chunk in stream:
                 chunks += 1
                 use = chunk.usage or use
