@@ -103,15 +103,18 @@ def measure_target(root: Path, name: str, candidates: list[Path], policy, *, tra
     candidates = [Path(c) for c in candidates]
     _candidates(candidates, op)
     own = decl.checkout_file(root, root / op.file, f"[ops.{name}] file")
+    if len(op.launchers) > 1:  # the rounds time one launcher's calls: a win on one could hide a loss on another
+        raise UserError(f"{d.path}: [ops.{name}] has {len(op.launchers)} launchers; the bench times an op through one "
+                        "launcher so far (`autokernel verify --repo` judges every launcher)")
     refused = _refused(candidates, op.launchers[0], own, policy)
     if refused:
         return None, refused
     base = Path(run_dir) if run_dir else paths.user_cache() / "bench" / paths.run_name(name)
-    calls = gate.from_trace(root, op, trace) if trace else gate.record(root, d, op, policy, base / "workload")
-    table = contract.ReferenceTable(root, op.reference, base / "reference", policy.sandbox)
+    calls = gate.from_trace(root, d, op, trace) if trace else gate.record(root, d, op, policy, base / "workload")
     try:
-        spec = contract.spec(op, calls, table)
-        m = measure_rounds(name, candidates, cases(spec, calls), policy, base / "jobs", Path(incumbent or own), spec)
+        spec = gate.specs(root, op, calls, base, policy)[0]
+        m = measure_rounds(name, candidates, cases(spec, calls[op.launchers[0]]), policy, base / "jobs",
+                           Path(incumbent or own), spec)
     except contract.ReferenceError as e:
         raise UserError(f"{d.path}: [ops.{name}] {e}") from None
     return m, None

@@ -344,13 +344,15 @@ def spec(op: decl.Op, calls: LauncherCalls, table: ReferenceTable) -> OpSpec:
     odd = [{"M": m, "layout": i} for i, lay in enumerate(lays) if lay.m for m in ODD_M]
     dtypes = tuple(dict.fromkeys(lay.dtype for lay in lays))
     fixed = [lay for lay in lays if not lay.m]
-    doc = (f"{op.name}: the checkout's {calls.launcher} in {op.file}, judged against its reference {op.reference} "
+    doc = (f"{op.name}: the checkout's {calls.launcher} in {op.file}, judged against its reference "
+           f"{op.references[calls.launcher]} "
            f"on the {len(lays)} argument layout(s) the workload sent")
     if fixed:
         doc += f"; {len(fixed)} layout(s) seen at one size only are checked at that size"
     extra = {"references": table, "prepare": table.prepare, "constrain": constrain_for(op.inputs),
              "range_dim": "M", "range_base": {}, "sweep": ("M",),
-             "target": {"op": op.name, "file": op.file, "launcher": calls.launcher, "outputs": op.outputs,
+             "target": {"op": op.name, "file": op.file, "launcher": calls.launcher,
+                        "outputs": op.outputs.get(calls.launcher),
                         "written": list(calls.written), "module": decl.module_of(op.file), "root": str(table.root),
                         "preload": imported(incumbent), "incumbent": incumbent},
              "layouts": lays}

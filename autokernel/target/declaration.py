@@ -8,6 +8,9 @@
     launchers = ["rms_norm_forward"]           # functions of that file the engine calls (the public signature)
     reference = "llama_liger.reference:rms_norm_forward"   # torch, with the launcher's signature ("TODO": not yet)
     outputs = [0, 2]                           # optional: which return values are compared (default: all tensors)
+    # an op whose file has several launchers the engine calls declares each, with one reference (and outputs) per
+    # launcher: reference = { fwd = "pkg.ref:fwd", bwd = "pkg.ref:bwd" }, outputs = { fwd = [0] }; the gate
+    # judges every one of them (a candidate for the file replaces them all)
     tolerance = { atol = 1e-5, rtol = 1e-5 }   # optional: replaces the derived tolerance
     protected = false                          # optional: true = never rewritten
 
@@ -44,11 +47,23 @@ class Op:
     name: str
     file: str  # relative to the checkout
     launchers: list[str]
-    reference: str  # "module:function" or TODO
-    outputs: list[int] | None = None
+    references: dict[str, str]  # launcher -> "module:function" or TODO, one per launcher
+    outputs: dict[str, list[int]] = field(default_factory=dict)  # launcher -> compared return values (else all)
     tolerance: dict[str, float] | None = None
     protected: bool = False
     inputs: dict[str, dict[str, int]] = field(default_factory=dict)  # parameter -> {repeat | low | high: int}
+
+    @property
+    def reference(self) -> str:
+        """The references as the declaration wrote them, for people: one entry, or `launcher=entry, ...`."""
+        if len(self.references) == 1:
+            return next(iter(self.references.values()))
+        return ", ".join(f"{k}={v}" for k, v in self.references.items())
+
+    @property
+    def incomplete(self) -> list[str]:
+        """The launchers whose reference is still TODO."""
+        return [k for k, v in self.references.items() if v == TODO]
 
 
 @dataclass
@@ -152,13 +167,8 @@ def _op(name: str, spec, path: Path, root: Path) -> Op:
     if not (isinstance(launchers, list) and launchers and all(isinstance(x, str) and QUALNAME.match(x)
                                                                for x in launchers)):
         raise UserError(f"{where} launchers: a list of the file's function names is required {HELP}")
-    reference = spec.get("reference", TODO)
-    if reference != TODO:
-        entry(reference, f"{where} reference", root)
-    outputs = spec.get("outputs")
-    if outputs is not None and not (isinstance(outputs, list) and outputs and all(
-            type(i) is int and 0 <= i < 64 for i in outputs)):
-        raise UserError(f"{where} outputs: a list of indices into the launcher's return values {HELP}")
+    references = _per_launcher(spec.get("reference", TODO), launchers, f"{where} reference", _reference(root))
+    outputs = _per_launcher(spec.get("outputs", {}), launchers, f"{where} outputs", _outputs, partial=True)
     tol = spec.get("tolerance")
     if tol is not None and not (isinstance(tol, dict) and set(tol) <= {"atol", "rtol"} and tol and all(
             type(v) in (int, float) and 0 <= v < 1 for v in tol.values())):
@@ -166,8 +176,41 @@ def _op(name: str, spec, path: Path, root: Path) -> Op:
     protected = spec.get("protected", False)
     if type(protected) is not bool:
         raise UserError(f"{where} protected: true or false {HELP}")
-    return Op(name, file, list(launchers), reference, outputs, tol and {k: float(v) for k, v in tol.items()},
+    return Op(name, file, list(launchers), references, outputs, tol and {k: float(v) for k, v in tol.items()},
               protected, _inputs(spec.get("inputs", {}), where))
+
+
+def _per_launcher(value, launchers: list[str], where: str, check, partial: bool = False) -> dict:
+    """`reference` / `outputs` for each launcher: one value when the op has one launcher, else a table keyed by
+    launcher (every launcher for a reference; those with a choice for outputs). A single value for several launchers
+    is refused, "TODO" aside (what `init` writes): each launcher has its own signature and returns."""
+    if value == TODO:
+        return {k: TODO for k in launchers}
+    if not isinstance(value, dict):
+        if len(launchers) > 1:
+            raise UserError(f"{where}: the op has {len(launchers)} launchers ({', '.join(launchers)}); give one per "
+                            f"launcher as a table: {{ {launchers[0]} = ..., {launchers[1]} = ... }} {HELP}")
+        return {launchers[0]: check(value, where)}
+    unknown = [k for k in value if k not in launchers]
+    if unknown:
+        raise UserError(f"{where}: {unknown[0]!r} is not one of the op's launchers ({', '.join(launchers)}) {HELP}")
+    missing = [k for k in launchers if k not in value]
+    if missing and not partial:
+        raise UserError(f"{where}: no entry for the launcher {missing[0]} (every launcher needs one; \"TODO\" "
+                        f"while you write it) {HELP}")
+    return {k: check(value[k], f"{where} {k}") for k in launchers if k in value}
+
+
+def _reference(root: Path):
+    def check(value, where: str) -> str:
+        return value if value == TODO else entry(value, where, root)
+    return check
+
+
+def _outputs(value, where: str) -> list[int]:
+    if not (isinstance(value, list) and value and all(type(i) is int and 0 <= i < 64 for i in value)):
+        raise UserError(f"{where}: a list of indices into the launcher's return values {HELP}")
+    return list(value)
 
 
 def _inputs(value, where: str) -> dict[str, dict[str, int]]:

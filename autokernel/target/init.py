@@ -95,12 +95,19 @@ def render(ops: list[discover.FoundOp]) -> str:
         others = sorted({f"{x.site.file}:{x.site.function}" for x in op.launches
                          if x.site is not None and x.site.file != op.file})
         for o in others:
-            lines.append(f"# also launched from {o}: not in this file, so a candidate for it cannot change that call")
+            lines.append(f"# also launched from {o}, outside this file: the gate reaches the file's kernels only "
+                         "through its launchers, so it refuses to judge a rewrite (move that launch into a function "
+                         "of the file, or set protected = true)")
         lines.append(f"file = {decl.quote(op.file)}")
         names = [s.function for s in launchers] or [decl.TODO]
         lines.append("launchers = [" + ", ".join(decl.quote(n) for n in names) + "]")
         sig = "; ".join(f"{s.function}({', '.join(s.params)})" for s in launchers) or "the launcher's"
-        lines.append(f"reference = {decl.quote(decl.TODO)}  # \"module:function\": torch, with the signature {sig}")
+        if len(launchers) > 1:  # one reference per launcher (declaration._per_launcher)
+            table = ", ".join(f"{decl.quote(s.function)} = {decl.quote(decl.TODO)}" for s in launchers)
+            lines.append(f"reference = {{ {table} }}  # per launcher, \"module:function\": torch, with the "
+                         f"signature {sig}")
+        else:
+            lines.append(f"reference = {decl.quote(decl.TODO)}  # \"module:function\": torch, with the signature {sig}")
         lines.append("# outputs = [0]  # which return values the gate compares (default: every tensor returned)")
         lines.append("# tolerance = { atol = 1e-5, rtol = 1e-5 }  # optional: replaces the derived tolerance")
         lines.append("protected = false")

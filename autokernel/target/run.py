@@ -103,7 +103,7 @@ def _reference_source(root: Path, op: decl.Op) -> str:
     """The declared reference function's source, read from the checkout without running it ("" where it cannot be
     found: the gate still uses it; the prompt only shows it)."""
     import ast
-    module, _, name = (op.reference or "").partition(":")
+    module, _, name = next(iter(op.references.values()), "").partition(":")  # the first launcher's
     try:
         text = paths.read_text(decl.module_file(root, module, "reference"), root)
         fn = next(n for n in ast.parse(text).body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
@@ -160,7 +160,7 @@ def message(op: decl.Op, m, fb: Feedback, base: str, share: float | None) -> str
     mt = e2e.get("metrics") or {}
     share_txt = "unknown share of launch time" if share is None else f"{100 * share:.1f}% of profiled launch time"
     lines = [f"autokernel: {s.est:.2f}x faster {op.name} ({op.file}; {share_txt})", "",
-             f"Candidate {fb.sha256[:12]} for `{op.launchers[0]}` in `{op.file}`, over {base[:12]}.", "",
+             f"Candidate {fb.sha256[:12]} for `{', '.join(op.launchers)}` in `{op.file}`, over {base[:12]}.", "",
              *report.perf_table(m, op.name), "",
              f"End to end ({line(e2e.get('detail') or 'not run', 300)}): KL mean {mt.get('kl_mean', 0):.3g} / max "
              f"{mt.get('kl_max', 0):.3g} nats, top-1 {mt.get('top1', 0):.3f}.",
@@ -228,7 +228,7 @@ def pipeline(ctx, root: Path, op: str | None) -> list[TargetOutcome]:
     rank_target.print_rank(t, ranked)
     shares = {r["op"]: r.get("share") for r in ranked}
     names = [op] if op else [r["op"] for r in ranked if r.get("status") == "target"
-                             and d.ops[r["op"]].reference != decl.TODO][: ctx.policy.agent.top_k_ops]
+                             and not d.ops[r["op"]].incomplete][: ctx.policy.agent.top_k_ops]
     ctx.console.print(f"run state: {run_dir}")
     return [work_on(root, n, ctx, run_dir, trace_dir / "summary.json", t, shares.get(n)) for n in names]
 

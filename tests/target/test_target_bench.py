@@ -150,7 +150,7 @@ def test_cases_are_the_recorded_layouts_weighted_by_their_calls(tmp_path):
     assert target_bench.cases(spec, calls) == [{"shape": {"M": m, "layout": 0}, "calls": n, "dtype": "float32"}
                                                for m, n in ((1, 20), (3, 5), (7, 2))]
     # read back from a trace as `autokernel profile --repo` writes it
-    assert target_gate.from_trace(root, d.ops["norm"], _trace(tmp_path / "t.json", calls)) == calls
+    assert target_gate.from_trace(root, d, d.ops["norm"], _trace(tmp_path / "t.json", calls)) == {"norm": calls}
 
 
 def test_a_trace_case_past_the_bound_is_bad_input(tmp_path, capsys, monkeypatch):

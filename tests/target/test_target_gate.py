@@ -175,7 +175,10 @@ def test_layouts_find_the_token_dimension():
 
 @pytest.mark.parametrize("declaration,expect", [
     (DECLARATION.replace('reference = "toyt.reference:norm"', 'reference = "TODO"'), "still \"TODO\""),
-    (DECLARATION.replace('launchers = ["norm"]', 'launchers = ["norm", "norm_backward"]'), "never called"),
+    (DECLARATION.replace('launchers = ["norm"]', 'launchers = ["norm", "norm_backward"]').replace(
+        'reference = "toyt.reference:norm"', 'reference = { norm = "toyt.reference:norm", norm_backward = '
+        '"toyt.reference:norm" }'), "never called"),
+    (DECLARATION.replace('launchers = ["norm"]', 'launchers = ["norm", "norm_backward"]'), "one per launcher"),
     (DECLARATION + "protected = true\n", "protected"),
 ])
 def test_bad_declarations_exit_2_and_write_nothing(tmp_path, capsys, declaration, expect):
@@ -219,7 +222,8 @@ def test_verify_takes_its_cases_from_a_profile_trace(tmp_path):
     root = checkout(tmp_path / "co")
     run_dir, _ = profile_target.profile(root, out=tmp_path / "traces")
     summary = run_dir / "summary.json"
-    calls = target_gate.from_trace(root, decl.load(root).ops["norm"], summary)
+    d = decl.load(root)
+    (calls,) = target_gate.from_trace(root, d, d.ops["norm"], summary).values()
     assert calls.launcher == "norm" and sorted(len(s) for s in calls.signatures) == [2, 2, 2]
     v = target_gate.verify(root, "norm", root / "toyt/ops/norm.py", policy=Policy(), seed=7, stages=[],
                            trace=summary)
@@ -228,7 +232,7 @@ def test_verify_takes_its_cases_from_a_profile_trace(tmp_path):
     data["ops"]["norm"]["launcher_calls"] = []
     summary.write_text(json.dumps(data))
     with pytest.raises(UserError, match="no recorded calls of norm"):
-        target_gate.from_trace(root, decl.load(root).ops["norm"], summary)
+        target_gate.from_trace(root, d, d.ops["norm"], summary)
 
 
 HOSTILE_REFERENCES = {
@@ -299,7 +303,7 @@ def test_an_input_written_but_not_returned_is_held_unchanged(tmp_path):
     root = checkout(tmp_path / "co")
     (root / "toyt/ops/norm.py").write_text(textwrap.dedent(clobber))
     calls = target_gate.record(root, decl.load(root), decl.load(root).ops["norm"], Policy(), tmp_path / "w")
-    assert calls.written == []
+    assert calls["norm"].written == []
     v = gate(root, root / "toyt/ops/norm.py")
     assert not v.accepted and v.failure.reason == "numeric.input_mutated", (v.failure.reason, v.failure.detail)
 

@@ -1,0 +1,196 @@
+"""A target op whose file has several launchers (autokernel/target/gate.py): a candidate replaces the whole file, so
+the gate judges every launcher the engine calls, each against its own reference, and refuses to vouch for a file
+whose kernels the workload launches by a way it does not call.
+
+The toy checkout: one file with two launchers the engine calls in turn, `norm` (a row rmsnorm without weight) and
+`scale` (y = x * s). A candidate wrong only in `scale` is the class: the gate used to call the first launcher only.
+"""
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from autokernel.cli.verify import verify_command
+from autokernel.policy import Policy
+from autokernel.target import declaration as decl
+from autokernel.target import gate as target_gate
+
+OPS = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _norm_kernel(x_ptr, y_ptr, eps, n, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    offs = tl.arange(0, BLOCK)
+    m = offs < n
+    x = tl.load(x_ptr + row * n + offs, mask=m, other=0.0).to(tl.float32)
+    r = 1.0 / tl.sqrt(tl.sum(x * x, axis=0) / n + eps)
+    tl.store(y_ptr + row * n + offs, (x * r).to(y_ptr.dtype.element_ty), mask=m)
+
+
+@triton.jit
+def _scale_kernel(x_ptr, y_ptr, s, numel, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < numel
+    x = tl.load(x_ptr + offs, mask=m, other=0.0).to(tl.float32)
+    tl.store(y_ptr + offs, (x * s).to(y_ptr.dtype.element_ty), mask=m)
+
+
+def norm(x, eps):
+    x = x.contiguous()
+    y = torch.empty_like(x)
+    rows = x.numel() // x.shape[-1]
+    _norm_kernel[(rows,)](x, y, eps, x.shape[-1], BLOCK=triton.next_power_of_2(x.shape[-1]))
+    return y
+
+
+def scale(x, s):
+    x = x.contiguous()
+    y = torch.empty_like(x)
+    _scale_kernel[(triton.cdiv(x.numel(), 64),)](x, y, s, x.numel(), BLOCK=64)
+    return y
+'''
+REFERENCE = '''
+import torch
+
+
+def norm(x, eps):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+
+
+def scale(x, s):
+    return x * s
+'''
+ENGINE = '''
+import torch
+
+from toyl.ops.pair import norm, scale
+
+VOCAB, DIM = 16, 32
+
+
+class Engine:
+    def __init__(self):
+        g = torch.Generator().manual_seed(0)
+        self.emb = torch.randn(VOCAB, DIM, generator=g)
+        self.out = torch.randn(DIM, VOCAB, generator=g)
+
+    def workload(self):
+        for ids in ([1, 2, 3, 4, 5, 6, 7], [3], [2, 4, 6]):
+            self.logits([ids])
+
+    def logits(self, ids):
+        return torch.stack([scale(norm(self.emb[torch.tensor(row)], 1e-5), 0.5)[-1] @ self.out for row in ids])
+
+
+def build():
+    return Engine()
+'''
+BOTH = '''
+[engine]
+build = "toyl.engine:build"
+
+[ops.pair]
+file = "toyl/ops/pair.py"
+launchers = ["norm", "scale"]
+reference = { norm = "toyl.reference:norm", scale = "toyl.reference:scale" }
+'''
+FIRST_ONLY = '''
+[engine]
+build = "toyl.engine:build"
+
+[ops.pair]
+file = "toyl/ops/pair.py"
+launchers = ["norm"]
+reference = "toyl.reference:norm"
+'''
+
+
+def checkout(root: Path, declaration: str) -> Path:
+    for rel, text in {"toyl/__init__.py": "", "toyl/ops/__init__.py": "", "toyl/ops/pair.py": OPS,
+                      "toyl/reference.py": REFERENCE, "toyl/engine.py": ENGINE, decl.NAME: declaration}.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(textwrap.dedent(text))
+    return root
+
+
+@pytest.fixture(autouse=True)
+def _cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+
+
+def candidate(tmp_path: Path, old: str, new: str) -> Path:
+    assert old in OPS
+    path = tmp_path / "pair.py"
+    path.write_text(textwrap.dedent(OPS.replace(old, new)))
+    return path
+
+
+WRONG_SCALE = ("tl.store(y_ptr + offs, (x * s)", "tl.store(y_ptr + offs, (x * 0.5)")  # exact at production's s only
+
+
+def test_every_declared_launcher_is_judged(tmp_path):
+    """A candidate wrong only in the second launcher passes the first's stages and is rejected at the second's, its
+    stage naming that launcher (without the loop over launchers only `norm` was called, and it was accepted)."""
+    root = checkout(tmp_path / "co", BOTH)
+    v = target_gate.verify(root, "pair", candidate(tmp_path, *WRONG_SCALE), policy=Policy(), seed=7, stages=[])
+    assert [(s.name, s.metrics.get("launcher"), s.passed) for s in v.stages] == [
+        ("static", "norm", True), ("runtime", "norm", True), ("numeric", "norm", True),
+        ("static", "scale", True), ("runtime", "scale", True), ("numeric", "scale", False)], \
+        [(s.name, s.detail) for s in v.stages]
+    assert v.failure.reason == "numeric.mismatch" and v.failure.detail.startswith("scale: "), v.failure.detail
+
+
+def test_a_file_whose_other_launcher_is_undeclared_is_refused(tmp_path, capsys):
+    """Declaring `norm` alone while the workload also runs `scale` from the same file: a candidate's `scale` would go
+    unchecked, so verify refuses (exit 2, one line naming the launcher to add) instead of accepting WRONG_SCALE."""
+    root = checkout(tmp_path / "co", FIRST_ONLY)
+    assert verify_command("pair", candidate(tmp_path, *WRONG_SCALE), repo=root) == 2
+    err = capsys.readouterr().err
+    assert "add scale to launchers" in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_a_kernel_of_the_file_launched_from_outside_it_is_refused(tmp_path, capsys):
+    """The engine launches the file's _scale_kernel itself: the gate reaches kernels only through the file's
+    launchers, so it cannot vouch for that launch."""
+    root = checkout(tmp_path / "co", FIRST_ONLY)
+    engine = root / "toyl/engine.py"
+    engine.write_text(engine.read_text().replace("from toyl.ops.pair import norm, scale", textwrap.dedent('''\
+        import triton
+
+        from toyl.ops.pair import _scale_kernel, norm
+
+
+        def scale(x, s):
+            y = torch.empty_like(x)
+            _scale_kernel[(triton.cdiv(x.numel(), 64),)](x, y, s, x.numel(), BLOCK=64)
+            return y''')))
+    assert verify_command("pair", root / "toyl/ops/pair.py", repo=root) == 2
+    err = capsys.readouterr().err
+    assert "_scale_kernel of toyl/ops/pair.py from toyl/engine.py:scale" in err, err
+
+
+@pytest.mark.parametrize("declaration,expect", [
+    (BOTH.replace('reference = { norm = "toyl.reference:norm", scale = "toyl.reference:scale" }',
+                  'reference = "toyl.reference:norm"'), "give one per launcher"),
+    (BOTH.replace(', scale = "toyl.reference:scale"', ""), "no entry for the launcher scale"),
+    (BOTH.replace('scale = "toyl.reference:scale"', 'other = "toyl.reference:scale"'), "'other' is not one of"),
+    (BOTH + 'outputs = { scale = "all" }\n', "outputs scale: a list of indices"),
+])
+def test_per_launcher_fields_are_checked(tmp_path, declaration, expect):
+    root = checkout(tmp_path / "co", declaration)
+    with pytest.raises(Exception) as e:
+        decl.load(root)
+    assert type(e.value).__name__ == "UserError" and expect in str(e.value), str(e.value)
+
+
+def test_per_launcher_outputs_and_todo(tmp_path):
+    root = checkout(tmp_path / "co", BOTH.replace('scale = "toyl.reference:scale"', 'scale = "TODO"')
+                    + "outputs = { scale = [0] }\n")
+    op = decl.load(root).ops["pair"]
+    assert op.outputs == {"scale": [0]} and op.incomplete == ["scale"]
+    with pytest.raises(Exception, match='reference of scale is still "TODO"'):
+        target_gate.declared_op(root, "pair")
