@@ -27,7 +27,11 @@ bench:
 e2e:
   max_new_tokens: 4
   prompts: ["What is the capital of France?"]
+gate:
+  max_rows: 1024
 """
+# gate.max_rows at the interpreter's cap (1024): the CPU sweep a user's run makes, without the calls past it
+# (numeric._reach: up to 30 interpreter seconds of rmsnorm at 1.5k-8k rows, each gate; tests/gate/test_gate_defence.py)
 
 
 @pytest.fixture
