@@ -9,8 +9,8 @@ cannot drift apart in how they load a candidate, what state they guard or how th
   imported, Python threads. Taken before the import, compared after it and after calls. It keeps the objects
   themselves, never their id(), so a replacement cannot hide behind a recycled id.
 - the poison's encoding: a quiet NaN per float dtype with a secret payload (the parent picks it,
-  autokernel/gate/numeric.py), written into fresh allocations as raw bits (gate/child.py's Guard) and looked for in
-  the outputs (autokernel/ops/tolerance.py, judge()).
+  autokernel/gate/numeric.py), written into fresh allocations as raw bits (gate/child.py's AtenWatch) and looked for in
+  the outputs (autokernel/ops/tolerance.py, compare_outputs()).
 - failures as data: `Reject` unwinds inside a job; the job returns a `FailureRecord` (a reason code of
   autokernel/gate/verdict.py or bench.*, one line of detail, the case) that the parent type-checks, never an
   exception's name to parse out of a string.
@@ -166,7 +166,7 @@ def describe(e: BaseException) -> str:
 def import_candidate(op: str, path: Path, watch=None, compile_source=None,
                      module: str | None = None) -> types.ModuleType:
     """Execute the candidate file as `kernels.<op>` (autokernel.kernel_loader), inside `watch` (a context manager:
-    the gate's aten guard); compile_source: the gate's coverage probes (kernel_loader.load_kernel). Whatever it
+    the gate's AtenWatch); compile_source: the gate's coverage probes (kernel_loader.load_kernel). Whatever it
     raises is runtime.exception."""
     try:
         with watch if watch is not None else nullcontext():
@@ -198,7 +198,7 @@ def preload(modules) -> None:
 def warm_launch(device: str, launching=nullcontext) -> None:
     """Launch one trusted Triton kernel, so that the interpreter's or driver's lazy set-up (and torch's, for what it
     allocates) predates the first snapshot. `launching()`: a context manager around the launch itself (the gate's
-    guard counts it as a launch, where allocations go unpoisoned)."""
+    AtenWatch counts it as a launch, where allocations go unpoisoned)."""
     import triton
     import triton.language as tl
 

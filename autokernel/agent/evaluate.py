@@ -95,7 +95,7 @@ class Unbenched(TimeoutError):
 
 class Evaluator(Protocol):
     """How a candidate is judged, whole: the session calls evaluate (and check, and bench for a gate acceptance the
-    ledger holds: loop.Session.judge), parallel workers gate and bench apart (workers.py), and `autokernel run`
+    ledger holds: loop.Session.evaluate), parallel workers gate and bench apart (workers.py), and `autokernel run`
     confirms the winner before committing. SandboxEvaluator, target.run.TargetEvaluator, the wrappers round them
     (workers._Seat, run.Shown) and the tests' doubles implement every method; callers call them directly.
 

@@ -16,7 +16,7 @@ source was judged before: in this session or by another worker on the op (a dupl
 earlier run on this device (ledger.py), or already delivered on a branch over the same base (Ledger.delivered: kept
 in Result.delivered, never gated or committed again). None is counted, and every new judgement is added to the
 ledger. A source whose gate acceptance the ledger holds for this base, device and policy is benchmarked without
-gating it again (Session.judge; counted: it is this session's measurement). With
+gating it again (Session.evaluate; counted: it is this session's measurement). With
 agent.workers > 1 several Sessions share one evaluator (workers.py); `stop_early` ends this one when another wins.
 """
 from __future__ import annotations
@@ -202,7 +202,7 @@ class Session:
         if self.deadline.expired():
             return self.replies["out_of_time"]
         try:
-            feedback = self.judge(source)
+            feedback = self.evaluate(source)
         except Unbenched as e:  # the gate's verdict is kept, and benchmarked by `autokernel run --resume`
             self.candidates.append(Candidate(source, e.feedback))
             self.unbenched.append(self.candidates[-1])
@@ -219,7 +219,7 @@ class Session:
             self.ledger.record(feedback, run=self.transcript.parent.name, source=source)
         return self.feedback(feedback)
 
-    def judge(self, source: str) -> Feedback:
+    def evaluate(self, source: str) -> Feedback:
         """The evaluator's gate and bench; only the bench where the ledger holds this session's own kind of
         acceptance of the source (Ledger.gated: same base, device and policy, signed). The copy benchmarked is
         written where no candidate ran (<run>/ledger-<sha8>/)."""

@@ -1,9 +1,9 @@
-"""agent.workers: N independent model conversations on one op, sharing one judge (issue 13; KernelAgent's parallel
+"""agent.workers: N independent model conversations on one op, sharing one evaluator (issue 13; KernelAgent's parallel
 workers with early success).
 
 Each worker is a plain Session (loop.py) with its own model (worker i: seed i for the offline search; an LLM samples
 on its own and is told it is one of N), its own budgets and its own transcript (<op_dir>/worker-<i>/). They share a
-Judge, the evaluator every worker's Session sees:
+SharedEvaluator, the evaluator every worker's Session sees:
 
   - one judgement per source across workers: a source another worker submitted is answered with that verdict
     (a duplicate: not counted, not ledgered again), waiting for it while it is still being judged;
@@ -80,41 +80,41 @@ def gate_job(evaluator: Evaluator, op: str, source: str, deadline: Deadline) -> 
     return evaluator.gate(op, source, deadline)
 
 
-class Judge:
+class SharedEvaluator:
     """The evaluator the workers share (see the module doc): each source judged once, its gate on the pool, its
     bench under the lock."""
 
     def __init__(self, inner: Evaluator, executor: futures.Executor):
         self.inner, self.executor = inner, executor
         self.bench_lock, self.lock = threading.Lock(), threading.Lock()
-        self.judged: dict[str, Future] = {}
+        self.evaluations: dict[str, Future] = {}
         self.winner: tuple[int, str] | None = None  # (worker, sha256) of the first accepted candidate
         self.abort: str | None = None  # a worker ended on an error: the others stop too
 
     def evaluate(self, worker: int, op: str, source: str, deadline: Deadline = Deadline.none(),
                  gated: Feedback | None = None) -> Feedback:
         """`source` gated and benched, or only benched where `gated` is the gate's acceptance of it (a ledger's:
-        loop.Session.judge); another worker's judgement of the same source is answered as a duplicate."""
+        loop.Session.evaluate); another worker's judgement of the same source is answered as a duplicate."""
         digest = sha256(source)
         with self.lock:
-            mine = digest not in self.judged
-            fut = self.judged.setdefault(digest, Future())
+            mine = digest not in self.evaluations
+            fut = self.evaluations.setdefault(digest, Future())
         if not mine:  # another worker has it (done or in progress): one evaluation per source
             try:
                 return replace(fut.result(), duplicate=True)
             except Unbenched as e:  # out of time after its gate: the worker that submitted it keeps it
                 raise TimeoutError(str(e)) from None
         try:
-            fb = self._judge(worker, op, source, deadline, gated)
+            fb = self._evaluate(worker, op, source, deadline, gated)
         except BaseException as e:
             with self.lock:  # not judged after all (out of time, an environment error): a later submit may retry
-                del self.judged[digest]
+                del self.evaluations[digest]
             fut.set_exception(e)
             raise
         fut.set_result(fb)
         return fb
 
-    def _judge(self, worker: int, op: str, source: str, deadline: Deadline, gated: Feedback | None) -> Feedback:
+    def _evaluate(self, worker: int, op: str, source: str, deadline: Deadline, gated: Feedback | None) -> Feedback:
         fb = self.gate(op, source, deadline) if gated is None else gated
         if fb.verdict != "accepted":
             return fb
@@ -148,26 +148,26 @@ class Judge:
 
 
 class _Seat:
-    """Worker i's view of the Judge: the Session's Evaluator, its submissions tagged with who made them."""
+    """Worker i's view of the SharedEvaluator: the Session's Evaluator, its submissions tagged with who made them."""
 
-    def __init__(self, judge: Judge, worker: int):
-        self.judge, self.worker = judge, worker
+    def __init__(self, shared: SharedEvaluator, worker: int):
+        self.shared, self.worker = shared, worker
 
     def evaluate(self, op: str, source: str, deadline: Deadline = Deadline.none()) -> Feedback:
-        return self.judge.evaluate(self.worker, op, source, deadline)
+        return self.shared.evaluate(self.worker, op, source, deadline)
 
     def gate(self, op: str, source: str, deadline: Deadline = Deadline.none()) -> Feedback:
-        return self.judge.gate(op, source, deadline)
+        return self.shared.gate(op, source, deadline)
 
     def bench(self, op: str, source: str, feedback: Feedback, deadline: Deadline = Deadline.none()) -> Feedback:
         """A gate acceptance the ledger holds, benchmarked as a submission is: once across workers, under the lock."""
-        return self.judge.evaluate(self.worker, op, source, deadline, gated=feedback)
+        return self.shared.evaluate(self.worker, op, source, deadline, gated=feedback)
 
     def check(self, op: str, source: str, deadline: Deadline = Deadline.none()) -> dict | None:
-        return self.judge.check(op, source, deadline)
+        return self.shared.check(op, source, deadline)
 
     def confirm(self, op: str, source: str) -> Measurement:
-        return self.judge.inner.confirm(op, source)
+        return self.shared.inner.confirm(op, source)
 
 
 def run(op: str, models: list[Model], evaluator: Evaluator, prompt: Prompt, settings: AgentPolicy, run_dir: Path, *,
@@ -182,16 +182,16 @@ def run(op: str, models: list[Model], evaluator: Evaluator, prompt: Prompt, sett
             raise ValueError("workers.run: with no executor, the caller names the sandbox policy of the slot pool")
         executor = gate_pool(sandbox)
     pool = executor
-    judge, n = Judge(evaluator, pool), len(models)
-    sessions = [Session(op, m, _Seat(judge, i), replace(prompt, task=prompt.task + _nudge(i, n)), settings,
+    shared, n = SharedEvaluator(evaluator, pool), len(models)
+    sessions = [Session(op, m, _Seat(shared, i), replace(prompt, task=prompt.task + _nudge(i, n)), settings,
                         Path(run_dir) / f"worker-{i}", ledger=ledger,
-                        stop_early=judge.stop_early(i, settings.early_success)) for i, m in enumerate(models)]
+                        stop_early=shared.stop_early(i, settings.early_success)) for i, m in enumerate(models)]
 
     def one(s: Session) -> Result:
         try:
             return s.run()
         except BaseException as e:
-            judge.abort = f"{type(e).__name__}: {e}"
+            shared.abort = f"{type(e).__name__}: {e}"
             raise
 
     try:

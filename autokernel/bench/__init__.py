@@ -7,9 +7,9 @@
 - watch.py    what the parent sees of a running job from outside: its processes, CPU time and wall time
 - stats.py    medians, paired speedups and bootstrap intervals (trusted side)
 - roofline.py device peaks and the physics floor (shared with the ranker)
-- results.py  the result types and the judgement: accepted iff the weighted speedup's lower bound clears the policy
-              and nothing is implausible
-- measure.py  `measure`: the rounds, judged by results.judge (and the result types, re-exported); `check_inputs`
+- results.py  the result types and the decision (`decide`): accepted iff the weighted speedup's lower bound
+              clears the policy and nothing is implausible
+- measure.py  `measure`: the rounds, decided by results.decide (and the result types, re-exported); `check_inputs`
               and `refusals` (the gate's static stage first: a refused file is never timed)
 - show.py     the table and the refusals as `autokernel bench` (autokernel/cli/bench.py) prints them
 """

@@ -89,7 +89,7 @@ _randbelow = secrets.randbelow  # os.urandom underneath: no state in this proces
 POOL = 4  # input sets per shape; every repetition also rescales one (values never repeat)
 POOL_FILE = "pool-{}.pt"  # a target's POOL input sets of case i, made by the parent (its generator runs there only)
 KEEP = 8  # timed outputs per shape returned for the parent to check (all of them when there are no more calls)
-GUARD_EVERY = 8  # timed calls between snapshot comparisons (harness.Snapshot: ~5k objects, ~7 ms each)
+TAMPER_CHECK_EVERY = 8  # timed calls between snapshot comparisons (harness.Snapshot: ~5k objects, ~7 ms each)
 THREAD_JOIN_S = 10.0
 WARMUP_S = {"cuda": 0.05, "cpu": 0.0}
 
@@ -117,7 +117,7 @@ def values(sets: list[dict], seed: int, ci: int, rep: int) -> dict:
 
 # --- the harness's own integrity ---------------------------------------------------------------------------------
 
-class _Guard:
+class _TamperCheck:
     """The state the file must leave alone (harness.Snapshot: the libraries and clocks, this module, the op's trusted
     spec and loader, flags, environment, threads), taken before its import; any change is `bench.tampered`. A
     target's file (`target`): its module in the checkout, this module and the interpreter layer held strictly."""
@@ -257,16 +257,16 @@ def time_file(payload: BenchPayload, inputs: Path) -> BenchReport:
     timer = _timer(device)
     harness.warm_launch(device)  # the interpreter's/driver's lazy set-up predates the snapshot
     out: BenchReport = {"device": device, "failure": None, "cases": []}
-    guard = _Guard(op, spec, target)
+    tamper_check = _TamperCheck(op, spec, target)
     try:
         try:  # the one loader (harness, autokernel.kernel_loader): as the gate and the engine load the file
             fn = harness.launcher(harness.import_candidate(op, file, module=module), name)
         except Reject as r:
             raise Reject("bench.error", f"import failed: {r.detail}") from None
-        guard("at import")
-        _warm(fn, timer, cases, guard, device)
-        _timed(fn, timer, cases, reps, guard)
-        guard("at the end")
+        tamper_check("at import")
+        _warm(fn, timer, cases, tamper_check, device)
+        _timed(fn, timer, cases, reps, tamper_check)
+        tamper_check("at the end")
     except Reject as r:
         out["failure"] = r.record()
     out["cases"] = [{**c.clocks, "kept": c.kept} for c in cases]
@@ -288,20 +288,20 @@ def _target(payload: BenchPayload, target: harness.TargetKernel, inputs: Path, d
     return None, cases, inputs / f"{leaf}.py", target["module"], target["launcher"]
 
 
-def _warm(fn, timer, cases: list[_Case], guard: _Guard, device: str) -> None:
+def _warm(fn, timer, cases: list[_Case], tamper_check: _TamperCheck, device: str) -> None:
     """Compile, fill caches, autotune: each shape at least once, every call guarded, nothing kept."""
     until = _monotonic() + WARMUP_S[device]
     rep = -1
     while True:
         for c in cases:
             _call(fn, timer, c, rep, f"shape {c.ci}, warm-up")
-            guard(f"shape {c.ci}, warm-up")
+            tamper_check(f"shape {c.ci}, warm-up")
         if _monotonic() >= until:
             return
         rep -= 1
 
 
-def _timed(fn, timer, cases: list[_Case], reps: int, guard: _Guard) -> None:
+def _timed(fn, timer, cases: list[_Case], reps: int, tamper_check: _TamperCheck) -> None:
     """reps x every shape; the shapes' order rotates each repetition so none always follows another."""
     n = 0
     for rep in range(reps):
@@ -313,8 +313,8 @@ def _timed(fn, timer, cases: list[_Case], reps: int, guard: _Guard) -> None:
             for clock, v in ms.items():
                 c.clocks.setdefault(clock, []).append(float(v))
             n += 1
-            if n % GUARD_EVERY == 0 or guard.new_threads():
-                guard(where)
+            if n % TAMPER_CHECK_EVERY == 0 or tamper_check.new_threads():
+                tamper_check(where)
 
 
 if __name__ == "__main__":  # not a script

@@ -2,7 +2,7 @@
 
 Each file is timed in fresh sandboxed processes of its own, in A/B rounds (autokernel.bench.rounds; the harness is
 autokernel.bench.job). Jobs only return raw times and outputs; everything that decides a verdict is computed in the
-trusted process (autokernel.bench.results: the result types and `judge`, re-exported here).
+trusted process (autokernel.bench.results: the result types and `decide`, re-exported here).
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from autokernel.bench.results import (  # re-exported: the bench's public names 
     IncumbentFailed,
     Measurement,
     ShapeResult,
-    judge,
+    decide,
 )
 from autokernel.bench.rounds import measure_rounds
 from autokernel.errors import UserError
@@ -25,13 +25,13 @@ from autokernel.paths import read_python
 from autokernel.policy import Policy
 
 __all__ = ["CPU_LABEL", "MIN_MS", "FileResult", "IncumbentFailed", "Measurement", "ShapeResult", "check_inputs",
-           "judge", "measure", "refusals"]
+           "decide", "measure", "refusals"]
 
 
 def measure(op: str, candidates: list[Path], cases: list[dict], policy: Policy, job_root: Path,
             incumbent: Path) -> Measurement:
     """Time the incumbent against the candidates: A/B rounds in which every file runs in a fresh sandboxed process
-    of its own (autokernel.bench.rounds), judged here by `judge`. cases: [{"shape": {...}, "calls": n, "dtype":
+    of its own (autokernel.bench.rounds), decided here by `decide`. cases: [{"shape": {...}, "calls": n, "dtype":
     "float32"}]. `incumbent` is the target checkout's kernels/<op>.py (autokernel.paths: the caller names it).
     Raises IncumbentFailed when the incumbent's own job fails (exit 2: no verdict is possible).
     """

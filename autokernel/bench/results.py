@@ -1,5 +1,5 @@
-"""The bench's result types and its judgement: raw times from the jobs -> per-file results, judged in the
-trusted parent (autokernel.bench.rounds runs the jobs and calls `judge`; autokernel.bench.measure re-exports
+"""The bench's result types and its decision: raw times from the jobs -> per-file results, decided in the
+trusted parent (autokernel.bench.rounds runs the jobs and calls `decide`; autokernel.bench.measure re-exports
 all of this beside `measure`). Down here so that rounds.py and measure.py both import it and neither the other.
 
 Each file is timed in fresh sandboxed processes of its own, in A/B rounds (autokernel.bench.rounds; the harness is
@@ -84,8 +84,8 @@ class IncumbentFailed(Exception):
     autokernel.bench.rounds when the incumbent's own job fails; no candidate was ever loaded in that job."""
 
 
-def judge(op: str, raw: dict, calls: list[int], bench: Bench, peak: roofline.Peak | None,
-          roles: list[str], spec=None) -> list[FileResult]:
+def decide(op: str, raw: dict, calls: list[int], bench: Bench, peak: roofline.Peak | None,
+           roles: list[str], spec=None) -> list[FileResult]:
     """Turn the child's raw times into per-file results; file 0 is the incumbent. Pure: tests feed it synthetic data.
     `spec`: the op's OpSpec (default autokernel.ops.get(op); a target's from autokernel/target/contract.py)."""
     spec = get(op) if spec is None else spec

@@ -37,9 +37,10 @@ rounds is not dominated by the jitter within a job.
 
 Judged here, never in a job: every output the job returns (a random sample of its timed calls, chosen after each
 call) is compared with the reference the PARENT computes from inputs it re-creates from its own seed, by the gate's
-own judge (autokernel.ops.tolerance.judge: a timed output the gate would reject is `bench.mismatch`); counts, case
-indices and repetitions are checked against what was asked; a job's own failure can only reject its file. While a
-job runs, autokernel.bench.watch records every other process in it (`bench.tampered`) and its CPU and wall time.
+own comparison (autokernel.ops.tolerance.compare_outputs: a timed output the gate would reject is `bench.mismatch`);
+counts, case indices and repetitions are checked against what was asked; a job's own failure can only reject its
+file. While a job runs, autokernel.bench.watch records every other process in it (`bench.tampered`) and its CPU and
+wall time.
 """
 from __future__ import annotations
 
@@ -54,11 +55,10 @@ import numpy as np
 from autokernel import device as device_mod
 from autokernel import harness, sandbox
 from autokernel.bench import job, lockstep, roofline, toolchain
-from autokernel.bench.results import CPU_LABEL, IncumbentFailed, Measurement, judge
+from autokernel.bench.results import CPU_LABEL, IncumbentFailed, Measurement, decide
 from autokernel.bench.stats import rse_of_median, se_of_weighted_log_ratio
 from autokernel.ops import get
-from autokernel.ops.tolerance import References, references
-from autokernel.ops.tolerance import judge as judge_outputs
+from autokernel.ops.tolerance import References, compare_outputs, references
 from autokernel.policy import Policy
 from autokernel.untrusted import line
 
@@ -176,8 +176,8 @@ def _check_outputs(rnd: Round, ci: int, kept) -> str:
             return "the job returned malformed outputs"
         reps.add(rep)
         refs = rnd.reference(ci, rep)
-        # the gate's judge: no output passes here that the gate rejects
-        j = judge_outputs(outs, refs.ref64, refs.eager, None, refs.floors, refs.any_layout, refs.declared)
+        # the gate's comparison: no output passes here that the gate rejects
+        j = compare_outputs(outs, refs.ref64, refs.eager, None, refs.floors, refs.any_layout, refs.declared)
         if j.reason == "numeric.bad_output":
             return f"repetition {rep}: {j.detail}"
         if not j.ok:
@@ -304,7 +304,7 @@ def run_rounds(op: str, files: list[Timed], cases: list[dict], policy: Policy, r
 def measure_rounds(op: str, candidates: list[Path], cases: list[dict], policy: Policy, job_root: Path,
                    incumbent: Path, spec=None) -> Measurement:
     """autokernel.bench.measure.measure(): the files are read once (the bytes every job of a file gets), timed in
-    rounds, and judged by measure.judge from the per-round figures. `spec`: as for run_rounds."""
+    rounds, and decided by results.decide from the per-round figures. `spec`: as for run_rounds."""
     fp = device_mod.fingerprint()
     peak = roofline.peak_for(fp)
     device = "cuda" if fp["kind"] == "cuda" else "cpu"
@@ -319,8 +319,8 @@ def measure_rounds(op: str, candidates: list[Path], cases: list[dict], policy: P
                       "times_ms": [f.times[ci] if f.status == "ok" else [] for f in files],
                       "wall_ms": [f.wall[ci] if f.status == "ok" else [] for f in files]}
                      for ci, c in enumerate(cases)]}
-    judged = judge(op, raw, [c["calls"] for c in cases], policy.bench, peak, [f.role for f in files], spec)
+    decided = decide(op, raw, [c["calls"] for c in cases], policy.bench, peak, [f.role for f in files], spec)
     jobs = [{"file": str(f.path), "role": f.role, **j} for f in files for j in f.jobs]
     isolation = next((j["isolation"] for j in jobs if j["isolation"]), "")
-    return Measurement(op, label, fp, asdict(peak) if peak else None, policy.bench.model_dump(), judged,
+    return Measurement(op, label, fp, asdict(peak) if peak else None, policy.bench.model_dump(), decided,
                        sorted({j["job_dir"] for j in jobs}), isolation, rounds=n, jobs=jobs, clock=CLOCK_LABEL[device])

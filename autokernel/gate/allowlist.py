@@ -8,7 +8,7 @@ say in the commit which legitimate kernel needed it. Pure data (no torch import)
 """
 from __future__ import annotations
 
-# --- runtime: aten ops a candidate's call may run (autokernel/gate/child.py, Guard.forbidden) -----------------------
+# --- runtime: aten ops a candidate's call may run (autokernel/gate/child.py, AtenWatch.forbidden) -------------------
 ALLOC = frozenset({"empty", "empty_strided", "empty_like", "new_empty", "new_empty_strided", "zeros", "zeros_like",
                    "new_zeros", "ones", "ones_like", "new_ones", "full", "full_like", "new_full", "zero_"})
 VIEW = frozenset({"view", "_unsafe_view", "reshape", "_reshape_alias", "as_strided", "expand", "expand_as",

@@ -66,7 +66,7 @@ class Forbidden(BaseException):
     even if it were swallowed."""
 
 
-class Guard(TorchDispatchMode):
+class AtenWatch(TorchDispatchMode):
     """Sees every aten op while active: allowlist, poison, launch depth."""
 
     @classmethod
@@ -131,8 +131,8 @@ class LaunchHook:
     Installed before the first snapshot: the patched `run` methods are what the snapshots then hold the candidate
     to (harness.CLASSES)."""
 
-    def __init__(self, module_name: str, guard: Guard):
-        self.module_name, self.guard, self.count = module_name, guard, 0
+    def __init__(self, module_name: str, watch: AtenWatch):
+        self.module_name, self.watch, self.count = module_name, watch, 0
         self.order = ProgramOrder()
 
     def install(self) -> None:
@@ -156,11 +156,11 @@ class LaunchHook:
             if not mine:
                 return orig(kernel, *args, **kwargs)
             hook.count += 1
-            hook.guard.in_launch += 1  # inline, not launching(): nothing a candidate could patch on the hot path
+            hook.watch.in_launch += 1  # inline, not launching(): nothing a candidate could patch on the hot path
             try:
                 return orig(kernel, *args, **kwargs)
             finally:
-                hook.guard.in_launch -= 1
+                hook.watch.in_launch -= 1
         return run
 
 
@@ -273,38 +273,38 @@ def _refill(a: dict, b: dict) -> dict:
 
 # --- one call ---------------------------------------------------------------------------------------------------------
 
-def _call(launcher, kwargs: dict, guard: Guard, hook: LaunchHook, where: str, kept: list[torch.Tensor],
+def _call(launcher, kwargs: dict, watch: AtenWatch, hook: LaunchHook, where: str, kept: list[torch.Tensor],
           input_fences: list = (), target: dict | None = None) -> list:
-    """Make one call under the guard; its outputs, or Reject at the first thing only this process can see.
+    """Make one call under the AtenWatch; its outputs, or Reject at the first thing only this process can see.
     target (harness.TargetKernel): which return values are the outputs, and which inputs the launcher writes in
     place (outputs may share their storage; they are not held unchanged)."""
     written = set((target or {}).get("written") or ())
     inputs = {k: v for k, v in _tensors(kwargs).items() if k not in written}
     pristine = {k: _storage_bytes(v).clone() for k, v in inputs.items()}
-    guard.violation, hook.count = None, 0
-    guard.fences = []
+    watch.violation, hook.count = None, 0
+    watch.fences = []
     hints.state.first = None
     try:
-        with guard:
+        with watch:
             res = launcher(**kwargs)
     except BaseException as e:  # noqa: BLE001 -- the candidate's failure is a verdict, never the harness's
-        if guard.violation:
-            raise guard.reject(where) from None
+        if watch.violation:
+            raise watch.reject(where) from None
         if hints.state.first:
             raise _false_hint(where) from None
         raise Reject("runtime.exception", f"{harness.describe(e)} ({where})") from None
-    if guard.violation:
-        raise guard.reject(where)
+    if watch.violation:
+        raise watch.reject(where)
     if hints.state.first:
         raise _false_hint(where)
     if hook.count == 0:
         raise Reject("runtime.no_triton_launch", f"the call launched none of the candidate's @triton.jit kernels "
                                                  f"({where})")
-    for what, fences in (("a tensor the call allocated", guard.fences), ("an input", list(input_fences))):
+    for what, fences in (("a tensor the call allocated", watch.fences), ("an input", list(input_fences))):
         if breached(fences) is not None:
             raise Reject("runtime.out_of_bounds", f"the call wrote outside the memory of {what} (the guard bytes "
                                                   f"around it changed) ({where})")
-    guard.fences = []
+    watch.fences = []
     outs = _selected(res, target, where)
     _check_outputs(outs, inputs, kept, where, {k: v for k, v in _tensors(kwargs).items() if k in written})
     for k, v in inputs.items():
@@ -359,16 +359,16 @@ def _check_outputs(outs: list, inputs: dict[str, torch.Tensor], kept: list[torch
                                                  f"({where})")
 
 
-def _warm_up(guard: Guard) -> None:
+def _warm_up(watch: AtenWatch) -> None:
     """Build torch's and Triton's lazy state (thread pool, the dispatch-mode machinery, which sets
     TORCHINDUCTOR_CACHE_DIR on first use, the interpreter, torch.save/load) before the first snapshot."""
     torch.randn(1 << 16).sum()
     buf = io.BytesIO()
     _save([torch.zeros(2)], buf)
     torch.load(io.BytesIO(buf.getvalue()), weights_only=True)
-    with guard:
-        harness.warm_launch("cuda" if torch.cuda.is_available() else "cpu", guard.launching)
-    guard.ops.clear()
+    with watch:
+        harness.warm_launch("cuda" if torch.cuda.is_available() else "cpu", watch.launching)
+    watch.ops.clear()
 
 
 # --- the entry --------------------------------------------------------------------------------------------------------
@@ -388,8 +388,8 @@ def numeric(payload: NumericPayload, inputs) -> NumericReport:
         from autokernel import interp
         interp.install()  # third-party Triton under the CPU interpreter (before the checkout's modules bind names)
         harness.preload(target.get("preload") or ())
-    guard = Guard(payload["poison"])
-    hook = LaunchHook(module_name, guard)
+    watch = AtenWatch(payload["poison"])
+    hook = LaunchHook(module_name, watch)
     hook.install()
     recorder = coverage_probe.Recorder()  # what the candidate's code did (autokernel/gate/coverage.py)
     path = (job / payload["candidate"]).resolve()
@@ -397,33 +397,33 @@ def numeric(payload: NumericPayload, inputs) -> NumericReport:
     if not device.is_cuda():
         hints.install()  # compiler hints checked where the interpreter would ignore them (autokernel/gate/hints.py)
     coverage_probe.install_autotune(recorder, module_name, int(payload.get("salt") or 0))
-    _warm_up(guard)
+    _warm_up(watch)
     report: NumericReport = {"failure": None, "calls": [], "ops": {}, "coverage": recorder.seen}
     try:
         before = harness.Snapshot(module_name, STRICT)
-        launcher, after_import = _load(op, path, guard, before, coverage_probe.compile_instrumented(recorder), target)
+        launcher, after_import = _load(op, path, watch, before, coverage_probe.compile_instrumented(recorder), target)
         t0 = _perf()
-        report["stopped"] = _run_calls(launcher, payload, job, guard, hook, report["calls"], target)
+        report["stopped"] = _run_calls(launcher, payload, job, watch, hook, report["calls"], target)
         report["candidate_s"] = _perf() - t0
         changed = after_import.diff(after_import.again())
         if changed:
             raise Reject(changed.reason, changed.detail + " (during the calls)")
     except Reject as r:
         report["failure"] = r.record()
-    report["ops"] = guard.ops
+    report["ops"] = watch.ops
     return report
 
 
-def _load(op: str, path: Path, guard: Guard, before: harness.Snapshot, compile_source=None, target=None):
+def _load(op: str, path: Path, watch: AtenWatch, before: harness.Snapshot, compile_source=None, target=None):
     """The candidate's launcher and the snapshot after its import; Reject for what its import did."""
     try:
-        module = harness.import_candidate(op, path, guard, compile_source, target and target["module"])
+        module = harness.import_candidate(op, path, watch, compile_source, target and target["module"])
     except Reject:
-        if guard.violation:
-            raise guard.reject("at import") from None
+        if watch.violation:
+            raise watch.reject("at import") from None
         raise
-    if guard.violation:
-        raise guard.reject("at import")
+    if watch.violation:
+        raise watch.reject("at import")
     after = before.again()
     changed = before.diff(after)
     if changed:
@@ -431,7 +431,7 @@ def _load(op: str, path: Path, guard: Guard, before: harness.Snapshot, compile_s
     return harness.launcher(module, target["launcher"] if target else op), after
 
 
-def _run_calls(launcher, payload: NumericPayload, job: Path, guard: Guard, hook: LaunchHook,
+def _run_calls(launcher, payload: NumericPayload, job: Path, watch: AtenWatch, hook: LaunchHook,
                records: list[CallRecord], target=None) -> bool:
     """Make the parent's calls in its order, a record per call; a Reject names the case of the call that raised it.
     True if the payload's soft deadline stopped them before the last: past soft_s seconds of calls, once at least
@@ -450,7 +450,7 @@ def _run_calls(launcher, payload: NumericPayload, job: Path, guard: Guard, hook:
         st = state.get(cid) or state.setdefault(cid, _CaseState(job, payload["cases"][cid],
                                                                  (target or {}).get("written") or ()))
         try:
-            outs, record = _one_call(launcher, st.args(call["mode"], call["values"]), call, guard, hook, kept,
+            outs, record = _one_call(launcher, st.args(call["mode"], call["values"]), call, watch, hook, kept,
                                      st.fences, target)
         except Reject as r:
             r.case = cid
@@ -462,22 +462,22 @@ def _run_calls(launcher, payload: NumericPayload, job: Path, guard: Guard, hook:
     return False
 
 
-def _one_call(launcher, args: dict, call: CallSpec, guard: Guard, hook: LaunchHook,
+def _one_call(launcher, args: dict, call: CallSpec, watch: AtenWatch, hook: LaunchHook,
               kept: list[torch.Tensor], input_fences: list = (), target=None) -> tuple[list, CallRecord]:
     where = f"call {call['id']} ({call['mode']} {call['values']}, programs {call['order']}), case {call['case']}"
     hook.order.set(call["order"], call["perm_key"])
     coverage_probe.ForcedConfig.index = call.get("config", -1)
-    ops_before = dict(guard.ops)
+    ops_before = dict(watch.ops)
     t_call = _perf()
     try:
-        outs = _call(launcher, args, guard, hook, where, kept, input_fences, target)
+        outs = _call(launcher, args, watch, hook, where, kept, input_fences, target)
     finally:
         coverage_probe.ForcedConfig.index = -1
     seconds = _perf() - t_call
     hook.order.set("asc", 0)
     snap = _BytesIO()  # the values as the call returned them, not as a later thread leaves them
     _save(outs, snap)
-    ops = {k: n - ops_before.get(k, 0) for k, n in guard.ops.items() if n != ops_before.get(k, 0)}
+    ops = {k: n - ops_before.get(k, 0) for k, n in watch.ops.items() if n != ops_before.get(k, 0)}
     return outs, {"id": call["id"], "launches": hook.count, "seconds": round(seconds, 5), "ops": ops,
                   "outputs": snap.getvalue()}
 

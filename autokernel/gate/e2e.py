@@ -321,14 +321,14 @@ CAPTURE_P = 0.05  # the chance that a candidate call after the first of its phas
 
 def judge_calls(op: str, blob) -> tuple[int, str, set[tuple[str, str]]]:
     """The candidate's captured engine calls (e2e_child.Capture), each judged as the numeric stage judges a call
-    (autokernel.ops.tolerance.judge against the float64 reference on the same arguments): (calls judged, "") when
-    all pass, (k, why) naming the first that failed, (-1, why) when the data is malformed (untrusted: it comes from
-    the candidate's process, and a well-formed call is still judged by the parent); then the (phase, call site) of
-    each call judged and passed (what expected_sites is held against)."""
+    (autokernel.ops.tolerance.compare_outputs against the float64 reference on the same arguments): (calls judged,
+    "") when all pass, (k, why) naming the first that failed, (-1, why) when the data is malformed (untrusted: it
+    comes from the candidate's process, and a well-formed call is still judged by the parent); then the (phase, call
+    site) of each call judged and passed (what expected_sites is held against)."""
     import inspect
 
     from autokernel.ops import get
-    from autokernel.ops.tolerance import judge, references
+    from autokernel.ops.tolerance import compare_outputs, references
     spec = get(op)
     try:
         calls = torch.load(io.BytesIO(blob), weights_only=True)
@@ -348,7 +348,7 @@ def judge_calls(op: str, blob) -> tuple[int, str, set[tuple[str, str]]]:
             return -1, f"captured call {k} is malformed", seen
         outs = outs if isinstance(outs, list) else [outs]
         refs = references(spec, kwargs)
-        j = judge(outs, refs.ref64, refs.eager, None, refs.floors)
+        j = compare_outputs(outs, refs.ref64, refs.eager, None, refs.floors)
         if not j.ok:
             shapes = ", ".join(f"{n} {tuple(v.shape)} {str(v.dtype).removeprefix('torch.')}"
                                for n, v in kwargs.items() if isinstance(v, torch.Tensor))

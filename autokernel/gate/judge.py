@@ -19,7 +19,7 @@ import torch
 
 from autokernel.harness import INT_OF_SIZE, Reject, poisoned  # Reject: the one failure type of jobs and judges
 from autokernel.ops.spec import OpSpec
-from autokernel.ops.tolerance import References, judge, references
+from autokernel.ops.tolerance import References, compare_outputs, references
 
 MODE_RANK = {("fresh", "a"): 0, ("copy", "a"): 1, ("refill", "b"): 2, ("refill", "t"): 3,
              ("config", "a"): 5}  # repeats (4) before the autotune configs
@@ -103,10 +103,11 @@ def bloated(t: torch.Tensor) -> str | None:
 # --- one call against the reference ---------------------------------------------------------------------------------
 
 def judge_call(outs: list, refs: References, poison: dict[str, int], where: str, worst: dict[str, float]) -> None:
-    """Every element of every output of one call against the float64 reference: autokernel.ops.tolerance.judge, the
-    one judge the benchmark and the kernel tests use too. `worst` collects max error / bound per dtype."""
-    j = judge(outs, refs.ref64, refs.eager, lambda t: poisoned(t, poison), refs.floors, refs.any_layout,
-              refs.declared)
+    """Every element of every output of one call against the float64 reference:
+    autokernel.ops.tolerance.compare_outputs, the one comparison the benchmark and the kernel tests use too. `worst`
+    collects max error / bound per dtype."""
+    j = compare_outputs(outs, refs.ref64, refs.eager, lambda t: poisoned(t, poison), refs.floors, refs.any_layout,
+                        refs.declared)
     for name, ratio in j.ratios.items():
         worst[name] = max(worst.get(name, 0.0), ratio)
     if not j.ok:

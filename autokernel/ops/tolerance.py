@@ -1,13 +1,13 @@
-"""One dtype -> tolerance table, derived rather than guessed, and the one judge of a call's outputs.
+"""One dtype -> tolerance table, derived rather than guessed, and the one comparison of a call's outputs with it.
 
 A kernel's output is compared with a float64 reference. It may be off by at most twice the error that eager torch
 makes in the same dtype on the same inputs (so a kernel is held to the standard of the library it replaces), plus a
 few units in the last place of the dtype, relative to the output's scale (so a near-exact eager result does not
 demand bit-exactness from a different but exact summation order). Where an op amplifies rounding, or sums long dot
 products whose eager error depends on the machine's BLAS, eager's error counts as at least a float32 rounding floor
-derived from the inputs (OpSpec.rounding); a float32 output there is judged element by element (compare()).
+derived from the inputs (OpSpec.rounding); a float32 output there is compared element by element (compare()).
 
-`judge()` applies that rule, and everything around it, to one call's outputs. The gate's numeric stage
+`compare_outputs()` applies that rule, and everything around it, to one call's outputs. The gate's numeric stage
 (autokernel/gate/judge.py), the benchmark's re-check of timed outputs (autokernel/bench/rounds.py) and the kernel
 tests (tests/kernels/opcheck.py) all call it, so none of them can pass what another rejects: layout, poison left in
 place, overflow to ±inf, NaN/Inf where the reference is finite and the broken-eager bound are decided here once.
@@ -54,11 +54,12 @@ def eps(dtype: torch.dtype) -> float:
 
 def compare(out: torch.Tensor, ref64: torch.Tensor, eager: torch.Tensor, dtype: torch.dtype,
             floor: torch.Tensor | None = None, eager_err: float | None = None) -> Closeness:
-    """Is `out` (computed in `dtype`) as close to the float64 truth as eager torch is? The bare rule: judge() is
-    what decides a verdict. `floor` (elementwise, OpSpec.rounding) is the error float32 accumulation can make where
-    the op amplifies rounding: eager's error, one rounding order among many, counts as at least that there. For a
-    float32 output with a floor every term is per element: 2 x max(floor, eager's error there) + ULPS ulps of the
-    element. `eager_err` replaces the measured eager error (judge() does where eager itself broke)."""
+    """Is `out` (computed in `dtype`) as close to the float64 truth as eager torch is? The bare rule:
+    compare_outputs() is what decides a verdict. `floor` (elementwise, OpSpec.rounding) is the error float32
+    accumulation can make where the op amplifies rounding: eager's error, one rounding order among many, counts as at
+    least that there. For a float32 output with a floor every term is per element: 2 x max(floor, eager's error
+    there) + ULPS ulps of the element. `eager_err` replaces the measured eager error (compare_outputs() does where
+    eager itself broke)."""
     r = ref64.detach().to(torch.float64).cpu()
     o = out.detach().to(torch.float64).cpu()
     e = eager.detach().to(torch.float64).cpu()
@@ -92,9 +93,9 @@ def compare(out: torch.Tensor, ref64: torch.Tensor, eager: torch.Tensor, dtype: 
 
 @dataclass(frozen=True)
 class References:
-    """What one call's outputs are judged against (judge(outs, r.ref64, r.eager, unwritten, r.floors)): the float64
-    truth, eager torch in the call's dtype, and per output the op's float32 rounding floor (OpSpec.rounding) or
-    None."""
+    """What one call's outputs are compared with (compare_outputs(outs, r.ref64, r.eager, unwritten, r.floors)):
+    the float64 truth, eager torch in the call's dtype, and per output the op's float32 rounding floor
+    (OpSpec.rounding) or None."""
     ref64: list
     eager: list
     floors: list
@@ -119,10 +120,10 @@ def references(spec, kwargs: dict) -> References:
 
 
 @dataclass(frozen=True)
-class Judgement:
-    """One call's outputs judged: reason None when every output passed, else the first failure's code (numeric.
+class Comparison:
+    """One call's outputs compared: reason None when every output passed, else the first failure's code (numeric.
     bad_output | unwritten | nonfinite | mismatch) and one line naming the output; `ratios` is max error / bound per
-    float dtype over the outputs judged so far (1.0 is the limit: the gate's numeric slack)."""
+    float dtype over the outputs compared so far (1.0 is the limit: the gate's numeric slack)."""
     reason: str | None
     detail: str = ""
     ratios: dict[str, float] = field(default_factory=dict)
@@ -132,9 +133,9 @@ class Judgement:
         return self.reason is None
 
 
-def judge(outs: list, ref64: list, eager: list,
-          unwritten: Callable[[torch.Tensor], torch.Tensor | None] | None = None,
-          floors: list | None = None, any_layout: bool = False, declared: dict | None = None) -> Judgement:
+def compare_outputs(outs: list, ref64: list, eager: list,
+                    unwritten: Callable[[torch.Tensor], torch.Tensor | None] | None = None,
+                    floors: list | None = None, any_layout: bool = False, declared: dict | None = None) -> Comparison:
     """Every element of every output of one call against the float64 reference `ref64` and eager torch `eager` (the
     reference run in the call's dtype), in order: count, type, shape, dtype and layout (contiguous where eager is),
     elements never written (`unwritten(t)`: a mask of the elements still holding the allocation poison, the gate's
@@ -142,13 +143,13 @@ def judge(outs: list, ref64: list, eager: list,
     rounding floor or None (references() gives all three lists)."""
     ratios: dict[str, float] = {}
     if len(outs) != len(eager):
-        return Judgement("numeric.bad_output", f"{len(outs)} outputs, the reference has {len(eager)}", ratios)
+        return Comparison("numeric.bad_output", f"{len(outs)} outputs, the reference has {len(eager)}", ratios)
     for i, (o, e, r) in enumerate(zip(outs, eager, ref64)):
         f = floors[i] if floors else None
         why = _layout(i, o, e, any_layout) or _unwritten(i, o, unwritten) or _values(i, o, e, r, f, ratios, declared)
         if why:
-            return Judgement(*why, ratios)
-    return Judgement(None, "", ratios)
+            return Comparison(*why, ratios)
+    return Comparison(None, "", ratios)
 
 
 def _layout(i: int, o, e: torch.Tensor, any_layout: bool = False) -> tuple[str, str] | None:

@@ -1,6 +1,6 @@
-"""The timing job's guard is the gate's snapshot (autokernel.harness.Snapshot): what the gate's job would call
-runtime.global_state is bench.tampered here too, including the state the old bench-only guard never looked at
-(torch flags, the environment, the harness's own constants)."""
+"""The timing job's tamper check (job._TamperCheck) is the gate's snapshot (autokernel.harness.Snapshot): what the
+gate's job would call runtime.global_state is bench.tampered here too, including the state the old bench-only check
+never looked at (torch flags, the environment, the harness's own constants)."""
 import os
 
 import pytest
@@ -19,7 +19,7 @@ def _tampered(guard) -> str:
 
 
 def test_the_bench_guard_sees_what_the_gate_sees(monkeypatch):
-    guard = job._Guard("rmsnorm", get("rmsnorm"))
+    guard = job._TamperCheck("rmsnorm", get("rmsnorm"))
     guard("clean")  # nothing changed: no rejection
     old = torch.get_float32_matmul_precision()
     torch.set_float32_matmul_precision("medium" if old != "medium" else "high")

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from autokernel.bench import roofline, stats
-from autokernel.bench.measure import judge
+from autokernel.bench.measure import decide
 from autokernel.ops import get
 from autokernel.policy import Bench
 
@@ -25,7 +25,7 @@ def noisy(rng, n, base_ms, noise):
 
 
 def verdict(pairs, bench=BENCH, peak=GPU, wall=None, device="cuda"):
-    return judge("rmsnorm", raw(pairs, wall, device), [1] * len(pairs), bench, peak, ["incumbent", "candidate"])[1]
+    return decide("rmsnorm", raw(pairs, wall, device), [1] * len(pairs), bench, peak, ["incumbent", "candidate"])[1]
 
 
 def test_a_known_5_percent_win_is_detected():
@@ -107,7 +107,7 @@ def test_weights_follow_the_traced_time_share():
     rng = np.random.default_rng(5)
     pairs = [(noisy(rng, 100, 0.02, 0.01), noisy(rng, 100, 0.021, 0.01)),
              (noisy(rng, 100, 0.02, 0.01), noisy(rng, 100, 0.02 / 1.3, 0.01))]
-    r = judge("rmsnorm", raw(pairs), [1000, 1], BENCH, GPU, ["incumbent", "candidate"])[1]
+    r = decide("rmsnorm", raw(pairs), [1000, 1], BENCH, GPU, ["incumbent", "candidate"])[1]
     assert r.speedup.est < 1.0 and not r.accepted
 
 

@@ -1,6 +1,6 @@
-"""One output judge (autokernel.ops.tolerance.judge): the gate's numeric stage, the benchmark's re-check of timed
-outputs and the kernel tests' opcheck reach the same verdict on every crafted output, so the benchmark can never
-pass what the gate rejects, nor reject what the gate passed."""
+"""One output comparison (autokernel.ops.tolerance.compare_outputs): the gate's numeric stage, the benchmark's
+re-check of timed outputs and the kernel tests' opcheck reach the same verdict on every crafted output, so the
+benchmark can never pass what the gate rejects, nor reject what the gate passed."""
 import opcheck
 import pytest
 import torch
@@ -47,7 +47,7 @@ def _ulps(ref64: torch.Tensor, dtype: torch.dtype, k: float) -> torch.Tensor:
 
 
 def _poisoned(right: torch.Tensor) -> torch.Tensor:
-    """Row 0 never written past its first element: it still holds the allocation poison (gate/child.py's Guard)."""
+    """Row 0 never written past its first element: it still holds the allocation poison (gate/child.py's AtenWatch)."""
     out = right.clone()
     harness.fill_poison(out[0, 1:], POISON)
     return out

@@ -15,13 +15,13 @@ POISON = numeric.poison_bits(0)
 
 
 def run_guarded(fn):
-    guard = child.Guard(POISON)
+    watch = child.AtenWatch(POISON)
     try:
-        with guard:
+        with watch:
             out = fn()
     except child.Forbidden:
-        return None, guard.violation
-    return out, guard.violation
+        return None, watch.violation
+    return out, watch.violation
 
 
 @pytest.mark.parametrize("fn", [

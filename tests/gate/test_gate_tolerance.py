@@ -15,7 +15,7 @@ import torch
 from autokernel.gate import numeric
 from autokernel.ops import get
 from autokernel.ops.spec import DISTRIBUTIONS
-from autokernel.ops.tolerance import judge, references
+from autokernel.ops.tolerance import compare_outputs, references
 
 SPEC = get("attention_decode")
 ODD = SPEC.odd_shapes[0]  # B 3, Hq 6, Hkv 2, S 300, L 257, D 48
@@ -51,7 +51,7 @@ def _attend(kw: dict, perm: int | None = None, log2: bool = False, p_dtype=None,
 
 def _verdict(out: torch.Tensor, kw: dict, floors: bool = True):
     r = references(SPEC, kw)
-    return judge([out], r.ref64, r.eager, None, r.floors if floors else None)
+    return compare_outputs([out], r.ref64, r.eager, None, r.floors if floors else None)
 
 
 @pytest.mark.parametrize("how", [{"log2": True}, {"perm": 1}, {"perm": 2}], ids=str)
@@ -91,7 +91,7 @@ def test_the_floor_is_per_element_not_the_largest_anywhere():
     out = r.ref64[0].clone()
     out.reshape(-1)[i] += 10 * 2 * max(float(floor.reshape(-1)[i]), eager_err)
     assert 10 * 2 * max(float(floor.reshape(-1)[i]), eager_err) < float(floor.max())
-    j = judge([out.float()], r.ref64, r.eager, None, r.floors)
+    j = compare_outputs([out.float()], r.ref64, r.eager, None, r.floors)
     assert j.reason == "numeric.mismatch", j.detail
 
 
@@ -196,9 +196,9 @@ def test_float32_dot_products_in_sequential_order_pass(op, shape):
     sequential sum: there the bare rule accepted, 0.92, and the test failed.)"""
     x, w, r = _dot_case(op, shape, "normal")
     out = _one_product_at_a_time(x, w)
-    assert judge([out], r.ref64, _accurate(r), None, r.floors).ok
-    assert judge([out], r.ref64, r.eager, None, r.floors).ok
-    bare = judge([out], r.ref64, _accurate(r), None, [None])
+    assert compare_outputs([out], r.ref64, _accurate(r), None, r.floors).ok
+    assert compare_outputs([out], r.ref64, r.eager, None, r.floors).ok
+    bare = compare_outputs([out], r.ref64, _accurate(r), None, [None])
     assert bare.reason == "numeric.mismatch", bare.detail
 
 
@@ -218,7 +218,7 @@ def test_float32_orders_pass_with_margin(op, shape):
     for dist, seed in cases:
         x, w, r = _dot_case(op, shape, dist, seed)
         for name, order in FLOAT32_ORDERS.items():
-            j = judge([order(x, w)], r.ref64, _accurate(r), None, r.floors)
+            j = compare_outputs([order(x, w)], r.ref64, _accurate(r), None, r.floors)
             worst[name] = max(worst.get(name, 0.0), j.ratios["float32"])
     assert max(worst.values()) < ORDER_MARGIN, worst
 
@@ -231,7 +231,7 @@ def test_operands_cut_to_19_significand_bits_are_rejected(op, shape):
         x, w, r = _dot_case(op, shape, "normal", seed)
         out = _sequential(_cut(x, 19), _cut(w, 19), fma=True)
         for eager in (_accurate(r), r.eager):
-            j = judge([out], r.ref64, eager, None, r.floors)
+            j = compare_outputs([out], r.ref64, eager, None, r.floors)
             assert j.reason == "numeric.mismatch" and "rounding floor" in j.detail, (seed, j.detail)
 
 
@@ -274,7 +274,7 @@ def test_dot_products_in_a_narrower_precision_are_still_rejected(op, shape, dist
     x, w, r = _dot_case(op, shape, dist)
     for narrow in (torch.float16, torch.bfloat16):  # fp16 rounds operands as tf32 does (10 mantissa bits)
         out = x.to(narrow).float() @ w.to(narrow).float().T
-        j = judge([out], r.ref64, r.eager, None, r.floors)
+        j = compare_outputs([out], r.ref64, r.eager, None, r.floors)
         assert j.reason == "numeric.mismatch", (narrow, j.detail)
 
 

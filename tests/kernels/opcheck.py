@@ -1,12 +1,12 @@
-"""Shared check for the per-op kernel tests: launcher vs float64 reference, judged by the gate's own judge
-(autokernel.ops.tolerance.judge), so a kernel test passes exactly what the gate's numeric stage would pass."""
+"""Shared check for the per-op kernel tests: launcher vs float64 reference, compared by the gate's own comparison
+(autokernel.ops.tolerance.compare_outputs), so a kernel test passes exactly what the gate's numeric stage would pass."""
 import importlib
 
 import torch
 
 from autokernel import device
 from autokernel.ops import get
-from autokernel.ops.tolerance import judge, references
+from autokernel.ops.tolerance import compare_outputs, references
 
 # Where `check` puts its inputs: the GPU on a CUDA machine (compiled kernels: benchmarks/gpu_check.py runs these
 # tests there), else the CPU (the Triton interpreter).
@@ -18,8 +18,8 @@ def _outputs(res):
 
 
 def verdict(outs: list, refs) -> str | None:
-    """None if the outputs pass, else the judge's reason and detail (what `check` asserts on)."""
-    j = judge(outs, refs.ref64, refs.eager, None, refs.floors)
+    """None if the outputs pass, else the comparison's reason and detail (what `check` asserts on)."""
+    j = compare_outputs(outs, refs.ref64, refs.eager, None, refs.floors)
     return None if j.ok else f"{j.reason}: {j.detail}"
 
 
