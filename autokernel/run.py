@@ -241,9 +241,10 @@ def finish_unbenched(op: str, done: dict, state: RunState, ctx: Context) -> OpOu
     gated again: the verdict is the run's own, kept in state.json), each judgement goes to the ledger, and the best
     win is confirmed and delivered as a session's would be."""
     from autokernel.agent import command
-    from autokernel.agent.evaluate import Feedback, sha256
+    from autokernel.agent.evaluate import Feedback
     from autokernel.agent.ledger import Ledger
-    from autokernel.agent.loop import Candidate
+    from autokernel.agent.loop import Submission
+    from autokernel.candidate import Candidate
 
     incumbent = command.check_op(op, ctx.policy, ctx.layout)
     op_dir = state.run_dir / op
@@ -254,18 +255,17 @@ def finish_unbenched(op: str, done: dict, state: RunState, ctx: Context) -> OpOu
         digest = str(u.get("sha256"))
         kept = op_dir / "unbenched" / f"{digest}.py"
         source = paths.read_text(kept, state.run_dir) if len(digest) == 64 and kept.is_file() else None
-        if source is None or sha256(source) != digest:
+        candidate = Candidate.of(op, source) if source is not None else None
+        if candidate is None or candidate.sha256 != digest:
             raise UserError(f"{kept}: missing or changed since the gate judged it (its sha256 is in "
                             f"{state.run_dir / 'state.json'})")
         # timed from a fresh copy: never from the directory the candidate itself ran in
         fb = Feedback(**{**{k: v for k, v in u["feedback"].items() if k in fields},
-                         "path": str(op_dir / f"resume-{digest[:8]}" / f"{op}.py")})
-        Path(fb.path).parent.mkdir(parents=True, exist_ok=True)
-        Path(fb.path).write_text(source)
+                         "path": str(candidate.write(op_dir / f"resume-{digest[:8]}"))})
         ctx.console.print(f"  [cyan]{op}[/] candidate {fb.sha256[:8]} passed the gate in this run: benchmarking it")
-        fb = evaluator.bench(op, source, fb)
-        ledger.record(fb, run=state.run_dir.name, source=source)
-        timed.append((Candidate(source, fb), u))
+        fb = evaluator.bench(op, candidate.text, fb)
+        ledger.record(fb, run=state.run_dir.name, candidate=candidate)
+        timed.append((Submission(candidate.text, fb), u))
     wins = [(c, u) for c, u in timed if c.feedback.accepted]
     if not wins:
         return OpOutcome(op, "no_improvement", f"{len(timed)} candidate(s) that passed the gate were benchmarked "
@@ -276,7 +276,7 @@ def finish_unbenched(op: str, done: dict, state: RunState, ctx: Context) -> OpOu
 
 def _deliver_best(op: str, best, provenance: dict, rationale: str, evaluator, incumbent: Path, op_dir: Path,
                   state: RunState, ctx: Context) -> OpOutcome:
-    """The best candidate (loop.Candidate, accepted): confirmed by a fresh benchmark, staged, shown, committed;
+    """The best candidate (loop.Submission, accepted): confirmed by a fresh benchmark, staged, shown, committed;
     unless the same kernels/<op>.py is already a branch's tip over this base (then nothing is done twice)."""
     from autokernel import git as delivery
     from autokernel.agent.evaluate import gate_record, sha256

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from autokernel import device
 from autokernel import ops as opspecs
+from autokernel.candidate import Candidate
 from autokernel.deadline import Deadline
 from autokernel.errors import UserError
 from autokernel.paths import Layout
@@ -176,10 +177,10 @@ class SandboxEvaluator:
         return [{**c, "dtype": c["dtype"] or default} for c in traced]
 
     def evaluate(self, op: str, source: str, deadline: Deadline = Deadline.none()) -> Feedback:
-        digest = sha256(source)
-        if digest in self.seen:
-            return replace(self.seen[digest], duplicate=True)
-        feedback = self.gate(op, source, deadline)
+        candidate = Candidate.of(op, source)
+        if candidate.sha256 in self.seen:
+            return replace(self.seen[candidate.sha256], duplicate=True)
+        feedback = self._gate(candidate, deadline)
         if feedback.verdict != "accepted":
             return feedback
         return self.bench(op, source, feedback, deadline)
@@ -187,14 +188,15 @@ class SandboxEvaluator:
     def gate(self, op: str, source: str, deadline: Deadline = Deadline.none()) -> Feedback:
         """The gate's verdict alone, not yet timed. Gates of different sources may run at once (each on its own
         sandbox slot: autokernel/agent/workers.py); timings may not, so the benchmark is the separate bench()."""
-        digest = sha256(source)
+        return self._gate(Candidate.of(op, source), deadline)
+
+    def _gate(self, candidate: Candidate, deadline: Deadline) -> Feedback:
+        op, digest = candidate.op, candidate.sha256
         if deadline.expired():
             raise TimeoutError(f"{digest[:8]}: no time left for the gate")
         policy = capped(self.policy, deadline.left())
         job = self.run_dir / digest[:8]
-        job.mkdir(parents=True, exist_ok=True)
-        path = job / f"{op}.py"
-        path.write_text(source)
+        path = candidate.write(job)
         from autokernel import gate
         shapes = [c["shape"] for c in self.cases(op)] if self.trace is not None else None
         verify = gate.verify if self.executor is None else self.executor.verify
@@ -253,11 +255,9 @@ class SandboxEvaluator:
         from autokernel.bench.measure import IncumbentFailed
         from autokernel.bench.measure import measure as bench
         bench = bench if self.executor is None else self.executor.measure
-        digest = sha256(source)
-        job = self.run_dir / f"confirm-{digest[:8]}"
-        job.mkdir(parents=True, exist_ok=True)
-        path = job / f"{op}.py"
-        path.write_text(source)
+        candidate = Candidate.of(op, source)
+        path = candidate.write(self.run_dir / f"confirm-{candidate.sha256[:8]}")
+        job = path.parent
         try:
             return bench(op, [path], self.cases(op), self.policy, job, incumbent=self.layout.kernel_file(op))
         except IncumbentFailed as e:

@@ -23,9 +23,9 @@ not parse or lack fields are skipped.
     Ledger(path).record(feedback, run=...)    after every evaluation the session finished
     Ledger(path).judged(op, sha256)           the latest line for this source on this device, or None (None too for
                                               an accepted line of another base or policy, and a won or unbenched one)
-    Ledger(path).gated(op, source)            the gate's acceptance of this source, reusable as above, or None
+    Ledger(path).gated(candidate)             the gate's acceptance of this source, reusable as above, or None
     Ledger(path).brief(op)                    the prompt's section on earlier runs ('' when there are none)
-    Ledger.of(layout, branch_prefix).delivered(op, source)
+    Ledger.of(layout, branch_prefix).delivered(candidate)
                                               the branch already carrying this kernels/<op>.py over the checkout's
                                               HEAD (autokernel.git.delivered), or None: such a source is answered
                                               from there, never gated or committed again (no duplicate work or PRs)
@@ -44,6 +44,7 @@ import time
 from pathlib import Path
 
 from autokernel import device, paths
+from autokernel.candidate import Candidate
 from autokernel.untrusted import fenced, line
 
 _APPEND = threading.Lock()
@@ -118,7 +119,7 @@ class Ledger:
                    branch_prefix=branch_prefix, base=base, policy=policy and policy_digest(policy),
                    key=user_key() if policy is not None else None)
 
-    def delivered(self, op: str, source: str) -> dict | None:
+    def delivered(self, candidate: Candidate) -> dict | None:
         """{branch, commit, base} of a branch under the prefix whose tip is this exact kernels/<op>.py one commit
         over the checkout's HEAD (autokernel.git.delivered); None if there is none (or nowhere to look)."""
         if self.repo is None or self.branch_prefix is None:
@@ -126,16 +127,16 @@ class Ledger:
         from autokernel import git as delivery
         from autokernel.errors import UserError
         try:
-            d = delivery.delivered(self.repo, f"kernels/{op}.py", source.encode(), self.branch_prefix)
+            d = delivery.delivered(self.repo, f"kernels/{candidate.op}.py", candidate.source, self.branch_prefix)
         except UserError:  # not a git work tree, no commit yet: nothing was delivered
             return None
         return None if d is None else {"branch": d.branch, "commit": d.sha, "base": d.base}
 
-    def record(self, fb, run: str = "", source: str | None = None) -> None:
-        """Append the session's judgement of one source (autokernel.agent.evaluate.Feedback); a near miss's `source`
-        is archived beside the ledger (archive())."""
-        if source is not None and near_miss(fb.__dict__):
-            self.archive(fb.op, source)
+    def record(self, fb, run: str = "", candidate: Candidate | None = None) -> None:
+        """Append the session's judgement of one source (autokernel.agent.evaluate.Feedback); a near miss's
+        `candidate` is archived beside the ledger (archive())."""
+        if candidate is not None and near_miss(fb.__dict__):
+            self.archive(candidate)
         r = fb.reasons[0] if fb.reasons else {}
         entry = {"sha256": fb.sha256, "op": fb.op, "device": self.device, "verdict": fb.verdict,
                  "reason": r.get("code"), "detail": line(r.get("detail") or fb.summary, 300),
@@ -163,20 +164,20 @@ class Ledger:
         d = self.path.parent / "near-misses" / op
         return None if d.parent.is_symlink() or d.is_symlink() else d
 
-    def archive(self, op: str, source: str) -> None:
+    def archive(self, candidate: Candidate) -> None:
         """<ledger dir>/near-misses/<op>/<sha256>.py: the source of a near miss, for a later prompt's diff. Advice
         only: written without following a link, and nothing if it cannot be."""
-        d = self._near_dir(op)
+        d = self._near_dir(candidate.op)
         if d is None:
             return
         d.mkdir(parents=True, exist_ok=True)
         try:
-            fd = os.open(d / f"{hashlib.sha256(source.encode()).hexdigest()}.py",
+            fd = os.open(d / f"{candidate.sha256}.py",
                          os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
         except OSError:
             return
         try:
-            os.write(fd, source.encode())
+            os.write(fd, candidate.source)
         finally:
             os.close(fd)
 
@@ -225,11 +226,10 @@ class Ledger:
         return (None not in (self.base, self.policy) and e.get("base") == self.base
                 and e.get("policy") == self.policy)
 
-    def gated(self, op: str, source: str) -> dict | None:
+    def gated(self, candidate: Candidate) -> dict | None:
         """The latest line of this source with the same base commit, device and policy digest as this session, when
         its gate accepted the source (a win, or untimed) and its MAC under this user's key holds; else None."""
-        digest = hashlib.sha256(source.encode()).hexdigest()
-        mine = [e for e in self.entries(op) if e["sha256"] == digest and self._same_judge(e)]
+        mine = [e for e in self.entries(candidate.op) if e["sha256"] == candidate.sha256 and self._same_judge(e)]
         e = mine[-1] if mine else None
         if (e is None or self.key is None or e["verdict"] != "accepted" or not isinstance(e.get("gate"), dict)
                 or not (e["accepted"] or e["speedup"] is None)):

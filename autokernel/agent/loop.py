@@ -29,10 +29,11 @@ from pathlib import Path
 from typing import Callable
 
 from autokernel.agent.check import CheckTool
-from autokernel.agent.evaluate import Evaluator, Feedback, Unbenched, sha256
+from autokernel.agent.evaluate import Evaluator, Feedback, Unbenched
 from autokernel.agent.ledger import Ledger, answer, delivered_answer
 from autokernel.agent.prompt import Prompt, feedback_text, tools_file
 from autokernel.agent.providers import Model, ModelError
+from autokernel.candidate import Candidate
 from autokernel.deadline import Deadline
 from autokernel.policy import Agent as AgentPolicy
 
@@ -59,7 +60,7 @@ class EarlySuccess(Stop):
 
 
 @dataclass
-class Candidate:
+class Submission:
     source: str
     feedback: Feedback
 
@@ -69,12 +70,12 @@ class Result:
     op: str
     status: str  # finished | target_reached | limit | early_success | model_error | error
     detail: str
-    best: Candidate | None  # the accepted candidate with the highest weighted speedup, or none
+    best: Submission | None  # the accepted candidate with the highest weighted speedup, or none
     transcript: Path
     usage: dict  # input_tokens, output_tokens, usd over the session
     submitted: int
     error: str | None = None  # one line when the model could not be used (status model_error): not a clean negative
-    unbenched: list[Candidate] = field(default_factory=list)  # passed the gate, out of time before the benchmark
+    unbenched: list[Submission] = field(default_factory=list)  # passed the gate, out of time before the benchmark
     replies: int = 0  # assistant turns the model sent (0: it never answered)
     delivered: list[dict] = field(default_factory=list)  # {branch, commit, base} of sources already delivered
     cut: int = 0  # evaluations the deadline cut before the gate's verdict (the candidate was not judged)
@@ -90,8 +91,8 @@ class Session:
         self.transcript = Path(run_dir) / "transcript.json"
         self.tools, self.replies = tools_file()["tools"], tools_file()["replies"]
         self.messages: list[dict] = []
-        self.candidates: list[Candidate] = []
-        self.unbenched: list[Candidate] = []  # accepted by the gate, not benchmarked: the deadline came first
+        self.candidates: list[Submission] = []
+        self.unbenched: list[Submission] = []  # accepted by the gate, not benchmarked: the deadline came first
         self.delivered: list[dict] = []  # sources already on a branch over this base (Ledger.delivered)
         self.cut = 0  # evaluations the deadline cut before the gate's verdict
         self.usage = {"input_tokens": 0, "output_tokens": 0, "usd": 0.0}
@@ -189,12 +190,13 @@ class Session:
         earlier = next((c for c in self.candidates if c.source == source), None)
         if earlier is not None:  # answered from memory and not counted, as the system prompt promises
             return self.feedback(replace(earlier.feedback, duplicate=True))
-        where = self.ledger.delivered(self.op, source) if self.ledger else None
+        candidate = Candidate.of(self.op, source)  # the one hash of this submission
+        where = self.ledger.delivered(candidate) if self.ledger else None
         if self.ledger and where is not None:  # the same change is already on a branch: no second gate, commit or PR
             if where not in self.delivered:
                 self.delivered.append(where)
-            return delivered_answer(self.op, where, self.ledger.measured(self.op, sha256(source)))
-        known = self.ledger.judged(self.op, sha256(source)) if self.ledger else None
+            return delivered_answer(self.op, where, self.ledger.measured(self.op, candidate.sha256))
+        known = self.ledger.judged(self.op, candidate.sha256) if self.ledger else None
         if known is not None:  # judged in an earlier run on this device: answered, not counted
             return answer(known)
         if len(self.candidates) >= self.policy.max_iterations:
@@ -202,9 +204,9 @@ class Session:
         if self.deadline.expired():
             return self.replies["out_of_time"]
         try:
-            feedback = self.evaluate(source)
+            feedback = self.evaluate(candidate)
         except Unbenched as e:  # the gate's verdict is kept, and benchmarked by `autokernel run --resume`
-            self.candidates.append(Candidate(source, e.feedback))
+            self.candidates.append(Submission(source, e.feedback))
             self.unbenched.append(self.candidates[-1])
             if self.ledger:
                 self.ledger.record(e.feedback, run=self.transcript.parent.name)
@@ -214,23 +216,22 @@ class Session:
             raise self.out_of_time(f"during an evaluation: {e}") from None
         if feedback.duplicate:  # another worker's judgement of the same source (agent/workers.py): not counted
             return self.feedback(feedback)
-        self.candidates.append(Candidate(source, feedback))
+        self.candidates.append(Submission(source, feedback))
         if self.ledger:
-            self.ledger.record(feedback, run=self.transcript.parent.name, source=source)
+            self.ledger.record(feedback, run=self.transcript.parent.name, candidate=candidate)
         return self.feedback(feedback)
 
-    def evaluate(self, source: str) -> Feedback:
+    def evaluate(self, candidate: Candidate) -> Feedback:
         """The evaluator's gate and bench; only the bench where the ledger holds this session's own kind of
         acceptance of the source (Ledger.gated: same base, device and policy, signed). The copy benchmarked is
         written where no candidate ran (<run>/ledger-<sha8>/)."""
-        gated = self.ledger.gated(self.op, source) if self.ledger else None
+        source = candidate.text
+        gated = self.ledger.gated(candidate) if self.ledger else None
         if gated is None:
             return self.evaluator.evaluate(self.op, source, self.deadline)
-        path = self.transcript.parent / f"ledger-{gated['sha256'][:8]}" / f"{self.op}.py"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(source)
+        path = candidate.write(self.transcript.parent / f"ledger-{candidate.sha256[:8]}")
         g = gated["gate"]
-        fb = Feedback(self.op, gated["sha256"], "accepted", stages=list(g.get("stages") or []), path=str(path),
+        fb = Feedback(self.op, candidate.sha256, "accepted", stages=list(g.get("stages") or []), path=str(path),
                       seed=g.get("seed"), isolation=str(g.get("isolation") or ""), device=str(g.get("device") or ""))
         return self.evaluator.bench(self.op, source, fb, self.deadline)
 
@@ -238,7 +239,7 @@ class Session:
         return feedback_text(fb, self.policy.max_iterations - len(self.candidates), self.deadline.left())
 
     @property
-    def best(self) -> Candidate | None:
+    def best(self) -> Submission | None:
         wins = [c for c in self.candidates if c.feedback.accepted]
         return max(wins, key=lambda c: c.feedback.speedup or 0.0, default=None)
 

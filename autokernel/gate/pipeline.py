@@ -6,7 +6,6 @@ the end-to-end KL stage on the live model (autokernel/gate/e2e.py) -> Verdict, w
 from __future__ import annotations
 
 import functools
-import hashlib
 import secrets
 import time
 from pathlib import Path
@@ -15,6 +14,7 @@ from typing import Protocol, Sequence
 import torch
 
 from autokernel import device
+from autokernel.candidate import Candidate
 from autokernel.deadline import Deadline
 from autokernel.gate import numeric, static, thresholds
 from autokernel.gate.verdict import StageResult, Verdict
@@ -115,15 +115,13 @@ def verify(op: str, candidate_path: str | Path, *, shapes: list[dict] | None = N
     t0 = time.perf_counter()
     deadline = Deadline.after(time_left_s)
     spec = get(op)
-    source = Path(candidate_path).read_bytes()
-    sha = hashlib.sha256(source).hexdigest()
+    candidate = Candidate.of(op, Path(candidate_path).read_bytes())
+    source, sha = candidate.source, candidate.sha256
     seed = secrets.randbits(63) if seed is None else int(seed)
     policy = Policy() if policy is None else policy  # the documented default (docstring)
     job_dir = Path(run_dir) if run_dir else default_run_dir(op)
     job_dir = job_dir / f"{op}-{sha[:12]}"
-    job_dir.mkdir(parents=True, exist_ok=True)
-    copy = job_dir / f"{op}.py"  # what the sandbox imports and later stages read: exactly the hashed bytes
-    copy.write_bytes(source)
+    copy = candidate.write(job_dir)  # what the sandbox imports and later stages read: exactly the hashed bytes
     results: list[StageResult] = []
     kernels = Path(kernels_dir) if kernels_dir is not None else INSTALLED_LAYOUT.kernels
     results.append(_timed(functools.partial(static.check_source, policy=policy), source, op, kernels / f"{op}.py"))
