@@ -60,6 +60,8 @@ REASONS = {
                         "(autokernel/target/e2e.py)",
     "e2e.call_mismatch": "one of the candidate's calls in the live engine (production's arguments) fails the numeric "
                          "judge",
+    "e2e.unreached": "a target's engine with the candidate swapped in never called the candidate's launchers: the "
+                     "end-to-end comparison would say nothing about it (autokernel/target/e2e.py)",
     "sandbox.timeout": "the sandboxed job ran past its wall-clock limit",
     "sandbox.oom": "the sandboxed job ran out of memory",
     "sandbox.crash": "the sandboxed process died",

@@ -7,6 +7,13 @@ candidate replaces the op's module before `build()` runs, so every import of it 
 the candidate job is teacher-forced on the baseline's tokens (per-token KL(baseline || candidate) and top-1
 agreement) and generates freely too, for the repeat guard: a run of `repeat_run` identical tokens the baseline did
 not have is the symptom of a racing kernel. What comes back is data, checked here.
+
+Both jobs wrap the op's declared launchers (autokernel/target/capture.py). The baseline's count says the engine's
+logits() runs the op at all (else the stage could not tell any candidate from the incumbent: exit 2); the
+candidate's says its code reached the engine (`e2e.unreached` otherwise: a rewritten file a stale path or another
+process never runs would pass with a KL of zero). Some of the candidate's calls (the first of each launcher, then a
+random tenth) come back with their arguments and outputs and are judged against the checkout's reference, as the
+numeric stage judges a call (`e2e.call_mismatch`): production's own arguments, which the gate's cases only imitate.
 """
 from __future__ import annotations
 
@@ -42,12 +49,16 @@ def engine_job(payload: dict, inputs) -> dict:
     import torch
 
     from autokernel import device, interp, kernel_loader
+    from autokernel.target import capture
     from autokernel.target.launches import _failed
     device.ensure_interpreter()
     interp.install()
     try:
         if payload.get("candidate"):
-            kernel_loader.load_kernel("", Path(inputs) / payload["candidate"], None, payload["module"])
+            mod = kernel_loader.load_kernel("", Path(inputs) / payload["candidate"], None, payload["module"])
+        else:
+            mod = importlib.import_module(payload["module"])
+        cap = capture.install(mod, payload["launchers"], payload["outputs"])
         module, _, fn = payload["build"].partition(":")
         engine = getattr(importlib.import_module(module), fn)()
         with torch.no_grad():
@@ -68,9 +79,11 @@ def engine_job(payload: dict, inputs) -> dict:
             forced = engine.logits(prefixes).float()
     except BaseException as e:  # noqa: BLE001 -- the engine's (or the candidate's) failure is reported as data
         return _failed("engine", payload["root"], e)
-    buf = io.BytesIO()
+    buf, kept = io.BytesIO(), io.BytesIO()
     torch.save(forced.detach().cpu().contiguous(), buf)
-    return {"logits": buf.getvalue(), "tokens": tokens, "prompts": prompts, "prefixes": prefixes, "steps": steps}
+    torch.save(cap.kept if payload.get("candidate") else [], kept)
+    return {"logits": buf.getvalue(), "tokens": tokens, "prompts": prompts, "prefixes": prefixes, "steps": steps,
+            "calls": dict(cap.calls), "captured": kept.getvalue(), "unloadable": cap.unloadable}
 
 
 def _run(root: Path, d: decl.Declaration, op: decl.Op, policy, job_dir: Path, steps: int, base=None,
@@ -81,6 +94,7 @@ def _run(root: Path, d: decl.Declaration, op: decl.Op, policy, job_dir: Path, st
     from autokernel import device, sandbox
     env = {} if device.is_cuda() else {"TRITON_INTERPRET": "1"}
     payload = {"root": str(root), "build": d.build, "module": decl.module_of(op.file), "steps": steps,
+               "launchers": list(op.launchers), "outputs": {k: op.outputs.get(k) for k in op.launchers},
                "budget_s": BUDGET_FRACTION * policy.sandbox.timeout_s,
                "prompts": base["prompts"] if base else None, "prefixes": base["prefixes"] if base else None,
                "candidate": candidate.name if candidate else None}
@@ -95,7 +109,7 @@ def _run(root: Path, d: decl.Declaration, op: decl.Op, policy, job_dir: Path, st
         logits = torch.load(io.BytesIO(data["logits"]), weights_only=True)
     except Exception:  # noqa: BLE001 -- whatever came back is data
         return None, "the engine job's logits do not load"
-    out = {k: data.get(k) for k in ("prompts", "tokens", "prefixes")}
+    out: dict = {k: data.get(k) for k in ("prompts", "tokens", "prefixes")}
     ints = [isinstance(v, list) and all(isinstance(r, list) and all(type(x) is int for x in r) for r in v)
             for v in out.values()]
     got = data.get("steps")
@@ -107,7 +121,11 @@ def _run(root: Path, d: decl.Declaration, op: decl.Op, policy, job_dir: Path, st
         return None, "the engine job returned logits of the wrong shape"
     if base is not None and (out["prompts"] != base["prompts"] or out["prefixes"] != base["prefixes"]):
         return None, "the engine job did not run the baseline's prompts"
-    out["logits"], out["steps"] = logits, steps
+    calls = data.get("calls")
+    if not (isinstance(calls, dict) and all(k in op.launchers and type(v) is int and v >= 0 for k, v in calls.items())):
+        return None, "the engine job returned malformed launcher counts"
+    out["logits"], out["steps"], out["calls"] = logits, steps, sum(calls.values())
+    out["captured"], out["unloadable"] = data.get("captured"), data.get("unloadable")
     return out, ""
 
 
@@ -119,9 +137,18 @@ def check(root: Path, d: decl.Declaration, op: decl.Op, candidate: Path, policy)
     base, why = _run(root, d, op, policy, job_dir / "baseline", steps)
     if base is None:
         raise UserError(f"{d.build}: the engine with its own kernels failed in the end-to-end job: {why}")
+    if not base["calls"]:
+        raise UserError(f"{d.build}: the engine's logits() never called {', '.join(op.launchers)} of {op.file} in the "
+                        "end-to-end job: its KL could not tell the candidate from the incumbent; make logits() run "
+                        "the op (docs/targets.md)")
     got, why = _run(root, d, op, policy, job_dir / "candidate", base["steps"], base, candidate)
     if got is None:
         return StageResult.fail("e2e", "e2e.engine_error", f"the engine with the candidate: {why}")
+    if not got["calls"]:
+        return StageResult.fail("e2e", "e2e.unreached", f"the engine with the candidate swapped in never called its "
+                                f"{', '.join(op.launchers)} (the incumbent's were called {base['calls']} times): the "
+                                "candidate's code did not reach the engine")
+    judged, why = _judge_calls(root, op, got, job_dir, policy)
     if got["logits"].shape != base["logits"].shape:
         return StageResult.fail("e2e", "e2e.bad_output", f"logits {tuple(got['logits'].shape)}, the baseline's "
                                                          f"{tuple(base['logits'].shape)}")
@@ -132,8 +159,10 @@ def check(root: Path, d: decl.Declaration, op: decl.Op, candidate: Path, policy)
     base_runs = [_longest_run(t) for t in base["tokens"]]
     n = len(base["prefixes"])
     metrics = {"kl_mean": float(kl.mean()), "kl_p99": float(torch.quantile(kl, 0.99)), "kl_max": float(kl.max()),
-               "top1": top1, "tokens": n, "repeat_runs": runs, "baseline_repeat_runs": base_runs}
-    line = (f"{n} teacher-forced tokens: KL mean {metrics['kl_mean']:.2e}, p99 {metrics['kl_p99']:.2e}, "
+               "top1": top1, "tokens": n, "repeat_runs": runs, "baseline_repeat_runs": base_runs,
+               "calls_judged": judged, "calls": got["calls"]}
+    line = (f"{judged} of the candidate's {got['calls']} calls in the engine judged against the reference; "
+            f"{n} teacher-forced tokens: KL mean {metrics['kl_mean']:.2e}, p99 {metrics['kl_p99']:.2e}, "
             f"max {metrics['kl_max']:.2e} nats; top-1 {top1:.3f}; longest repeat run {max(runs)} "
             f"(baseline {max(base_runs)})")
     if metrics["kl_mean"] > e.kl_mean_max or metrics["kl_p99"] > e.kl_p99_max or metrics["kl_max"] > e.kl_max_max:
@@ -142,11 +171,53 @@ def check(root: Path, d: decl.Declaration, op: decl.Op, candidate: Path, policy)
         return StageResult.fail("e2e", "e2e.top1", line, **metrics)
     if any(c >= e.repeat_run and b < e.repeat_run for c, b in zip(runs, base_runs)):
         return StageResult.fail("e2e", "e2e.degenerate_repetition", line, **metrics)
+    if why:  # the model-level checks first: a wrong model is reported as such (as autokernel/gate/e2e.py does)
+        return StageResult.fail("e2e", "e2e.call_mismatch", why, **metrics)
     short = "" if base["steps"] >= e.repeat_run else (
         f"; only {base['steps']} greedy token(s) per prompt fit the job's time under the interpreter: the repeat "
         f"guard ({e.repeat_run} in a row) NOT CHECKED")
     return StageResult.ok("e2e", line + " (the checkout's engine, its workload's other kernels as they are)" + short,
                           **metrics)
+
+
+def _judge_calls(root: Path, op: decl.Op, got: dict, job_dir: Path, policy) -> tuple[int, str]:
+    """The candidate's calls the engine job kept (autokernel/target/capture.py), each judged as the numeric stage
+    judges a call: against the checkout's reference on the same arguments, run in a sandboxed job of its own per
+    launcher (contract.ReferenceTable), compared by compare_outputs. (calls judged, "") or (k, why) for the first
+    that fails. What came back is untrusted data: malformed is a failure, never a pass."""
+    import torch
+
+    from autokernel.ops import tolerance
+    from autokernel.target import contract
+    try:
+        kept = torch.load(io.BytesIO(got["captured"]), weights_only=True)
+    except Exception as e:  # noqa: BLE001 -- missing or unreadable: either way no calls
+        return 0, f"the candidate engine returned no readable calls ({type(e).__name__})"
+    ok = isinstance(kept, list) and kept and all(
+        isinstance(c, list) and len(c) == 3 and c[0] in op.launchers and isinstance(c[1], dict)
+        and all(isinstance(k, str) for k in c[1]) and isinstance(c[2], list)
+        and all(type(t) is torch.Tensor for t in c[2]) for c in kept)
+    if not ok:
+        return 0, "the candidate engine returned no well-formed call of the candidate (its first call is always kept)"
+    for launcher in op.launchers:
+        mine = [(k, c) for k, c in enumerate(kept) if c[0] == launcher]
+        if not mine:
+            continue
+        table = contract.ReferenceTable(root, op.references[launcher], job_dir / f"reference-{launcher}",
+                                        policy.sandbox, op.tolerance)
+        try:
+            table.prepare([c[1] for _, c in mine])
+            for k, (_, kwargs, outs) in mine:
+                refs = table(kwargs)
+                j = tolerance.compare_outputs(outs, refs.ref64, refs.eager, None, refs.floors, refs.any_layout,
+                                              refs.declared)
+                if not j.ok:
+                    shapes = ", ".join(f"{n} {tuple(v.shape)} {str(v.dtype).removeprefix('torch.')}"
+                                       for n, v in kwargs.items() if isinstance(v, torch.Tensor))
+                    return k, f"{launcher} call {k} in the engine ({shapes}): {j.reason}: {j.detail}"
+        except contract.ReferenceError as e:
+            raise UserError(f"[ops.{op.name}] {e}") from None
+    return len(kept), ""
 
 
 def _longest_run(tokens: list[int]) -> int:

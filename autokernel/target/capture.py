@@ -1,0 +1,102 @@
+"""Sandbox side of a target's end-to-end stage: the candidate's launcher calls in the live engine, kept for the parent
+to judge against the checkout's reference (autokernel/target/e2e.py), as autokernel/gate/e2e_child.py's Capture does
+for autokernel's own engine.
+
+Each declared launcher of the candidate's module is wrapped before the engine is built (so `from pkg.ops import f`
+in the engine, and the file's own calls through its globals, get the wrapper). Every call's arguments are copied
+before it runs; after it returns, the first call of each launcher is kept, and each later one with probability P,
+drawn from the operating system's randomness only then, until CAPTURE_BYTES: the candidate cannot tell, while it
+runs, whether this call will be judged. Calls whose arguments are not tensors or plain values (which the
+reference's job could not load) are counted, not kept. `calls` counts every call: none means the candidate's code
+never ran in the engine, and its KL would say nothing about it.
+"""
+from __future__ import annotations
+
+import functools
+import inspect
+import random
+
+CAPTURE_BYTES = 64 << 20  # the most argument and output bytes kept for judging
+P = 0.1  # the chance that a call after a launcher's first is kept
+PLAIN = (bool, int, float, str, type(None))
+
+
+def _copy(x):
+    import torch
+    if isinstance(x, torch.Tensor):
+        return x.detach().to("cpu", copy=True)
+    if isinstance(x, (tuple, list)):
+        return [_copy(v) for v in x]
+    return x
+
+
+def _nbytes(x) -> int:
+    import torch
+    if isinstance(x, torch.Tensor):
+        return x.numel() * x.element_size()
+    return sum(map(_nbytes, x)) if isinstance(x, list) else 0
+
+
+def _plain(v) -> bool:
+    import torch
+    return isinstance(v, torch.Tensor) or type(v) in PLAIN or (isinstance(v, torch.dtype))
+
+
+class Capture:
+    def __init__(self, outputs: dict[str, list[int] | None]):
+        self.outputs = outputs  # launcher -> compared return values (None: every tensor returned)
+        self.kept: list[list] = []  # [launcher, kwargs before the call, selected outputs after it]
+        self.calls: dict[str, int] = {}
+        self.unloadable = 0
+        self.bytes = 0
+        self._rng = random.SystemRandom()
+
+    def wrap(self, name: str, fn):
+        sig = inspect.signature(fn)
+
+        @functools.wraps(fn)
+        def launcher(*args, **kwargs):
+            try:
+                bound = sig.bind(*args, **kwargs)
+                bound.apply_defaults()
+                before = {k: _copy(v) for k, v in bound.arguments.items()}
+            except TypeError:
+                before = None  # the call itself will raise as it would unwrapped
+            out = fn(*args, **kwargs)
+            first = name not in self.calls
+            self.calls[name] = self.calls.get(name, 0) + 1
+            if before is not None and (first or (self.bytes < CAPTURE_BYTES and self._rng.random() < P)):
+                self._keep(name, before, out)
+            return out
+        return launcher
+
+    def _keep(self, name: str, before: dict, out) -> None:
+        if not all(_plain(v) for v in before.values()):
+            self.unloadable += 1
+            return
+        import torch
+        outs = list(out) if isinstance(out, (tuple, list)) else [out]
+        pick = self.outputs.get(name)
+        chosen = [o for o in outs if isinstance(o, torch.Tensor)] if pick is None else \
+            [outs[i] for i in pick if i < len(outs)]
+        after = [_copy(o) for o in chosen]
+        self.bytes += _nbytes(list(before.values())) + _nbytes(after)
+        self.kept.append([name, before, after])
+
+
+def install(module, launchers: list[str], outputs: dict[str, list[int] | None]) -> Capture:
+    """Wrap each launcher (a function of `module`, or `Class.method`) in one Capture; a static method stays one."""
+    cap = Capture(outputs)
+    for name in launchers:
+        *owner_path, attr = name.split(".")
+        owner = module
+        for part in owner_path:
+            owner = getattr(owner, part)
+        raw = inspect.getattr_static(owner, attr)
+        if isinstance(raw, staticmethod):
+            setattr(owner, attr, staticmethod(cap.wrap(name, raw.__func__)))
+        elif isinstance(raw, classmethod):
+            setattr(owner, attr, classmethod(cap.wrap(name, raw.__func__)))
+        else:
+            setattr(owner, attr, cap.wrap(name, raw))
+    return cap
