@@ -81,7 +81,7 @@ def rank_cmd(
                                                    "work tree here when it has an autokernel.toml."),
 ):
     """Rank the trace's kernels by expected end-to-end gain (time share x headroom to the roofline); a target's
-    declared ops by time share alone."""
+    declared ops the same way where they declare `work`, by time share otherwise."""
     from autokernel import ops as opspecs
     from autokernel.profile import rank, trace
     root = _target_root(repo)

@@ -13,6 +13,7 @@
     # judges every one of them (a candidate for the file replaces them all)
     tolerance = { atol = 1e-5, rtol = 1e-5 }   # optional: replaces the derived tolerance
     protected = false                          # optional: true = never rewritten
+    work = { flops = "4 * X.numel", bytes = "2 * X.nbytes + W.nbytes" }   # optional: per call, for roofline ranking
 
 The file is untrusted input (docs/design.md, trust rule 6): it is read as a regular file inside the checkout, every
 module and file it names must be one too, and nothing in it is imported or run here: its code runs in the sandbox.
@@ -37,7 +38,7 @@ TODO = "TODO"
 ENTRY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*\Z")
 QUALNAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*\Z")
 OP_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}\Z")
-OP_FIELDS = {"file", "launchers", "reference", "outputs", "tolerance", "protected", "inputs"}
+OP_FIELDS = {"file", "launchers", "reference", "outputs", "tolerance", "protected", "inputs", "work"}
 INPUT_FIELDS = {"repeat", "low", "high"}  # per launcher parameter: what the gate's random values must respect
 HELP = "(docs/targets.md)"
 
@@ -52,6 +53,7 @@ class Op:
     tolerance: dict[str, float] | None = None
     protected: bool = False
     inputs: dict[str, dict[str, int]] = field(default_factory=dict)  # parameter -> {repeat | low | high: int}
+    work: dict[str, str] | None = None  # {flops, bytes}: expressions per launcher call (autokernel/target/work.py)
 
     @property
     def reference(self) -> str:
@@ -176,8 +178,10 @@ def _op(name: str, spec, path: Path, root: Path) -> Op:
     protected = spec.get("protected", False)
     if type(protected) is not bool:
         raise UserError(f"{where} protected: true or false {HELP}")
+    from autokernel.target import work
+    counts = work.table(spec["work"], f"{where} work") if "work" in spec else None
     return Op(name, file, list(launchers), references, outputs, tol and {k: float(v) for k, v in tol.items()},
-              protected, _inputs(spec.get("inputs", {}), where))
+              protected, _inputs(spec.get("inputs", {}), where), counts)
 
 
 def _per_launcher(value, launchers: list[str], where: str, check, partial: bool = False) -> dict:

@@ -7,15 +7,17 @@ and write traces/<run-id>/summary.json in the checkout, schema 1 as the embedded
     ops {op: {file, launchers, protected, status, calls (kernel launches), total_ms, mean_ms, share (of all launch
               time), e2e_share (of the workload's wall time), kernels [{kernel, line, calls, total_ms, share}],
               sites {file:function: {calls, total_ms, mean_ms, share, lines}},
-              shapes [{launcher, calls, args, dtypes {p: dtype}, sizes {p: [..]}, strides {p: [..]}, scalars {p: v}}],
+              shapes [{launcher, calls, args, dtypes {p: dtype}, sizes {p: [..]}, strides {p: [..]}, scalars {p: v},
+                       flops, bytes, dtype (one call's, where the op declares `work`)}],
               launcher_calls [{file, launcher, calls, signatures [[[param, description]]], signature_calls,
                                written, returns}]}}
     not_declared [{kernel, kernel_file, in_checkout, site, calls, total_ms, share}]
 
 `launcher_calls` are discover.LauncherCalls as plain JSON: the layouts the gate builds its cases from. Times are each
 launch's wall time: under the CPU interpreter the kernel itself (interpreter time, never a GPU figure); where kernels
-compile, between device synchronisations (device time plus launch overhead, labelled so). No FLOP/byte counts: a
-target's ops rank by time share alone.
+compile, between device synchronisations (device time plus launch overhead, labelled so). An op that declares
+`work` (autokernel/target/work.py) has each layout's FLOPs and bytes, and the trace the device's peaks (`roofline`),
+so rank orders it by roofline headroom; the others rank by time share.
 
 Bad input is one line and exit 2 with nothing written into the checkout: a declaration without [engine] build or
 without ops, a missing or outside op file (declaration.load), an engine that raises (discover.run), a declared
@@ -40,6 +42,11 @@ TIMING = {
             "device time plus its launch overhead (which dominates microsecond kernels); `autokernel bench` measures "
             "device time"),
 }
+
+
+RANKING = {False: "time share alone",  # no op declares `work` (FLOP/byte counts): no roofline headroom
+           True: "expected end-to-end gain (share x roofline headroom) for the ops that declare `work`, time share for "
+                 "the others"}
 
 
 def declared(root: Path) -> decl.Declaration:
@@ -121,6 +128,7 @@ def status_of(op: decl.Op, policy) -> str:
 def summarize(found: discover.Discovery, d: decl.Declaration, policy, root: Path, rid: str) -> dict:
     """The summary.json of a target's run (the module docstring), from the checked discovery."""
     from autokernel import device, paths
+    from autokernel.bench import roofline
     from autokernel.profile.trace import SCHEMA
     total_ms = 1e3 * sum(x.seconds for x in found.launches)
     workload_ms = 1e3 * found.timings.get("workload_s", 0.0)
@@ -132,11 +140,13 @@ def summarize(found: discover.Discovery, d: decl.Declaration, policy, root: Path
     rest = [x for x in found.launches if not (x.in_checkout and x.kernel_file in by_file)]
     label, note = TIMING[found.interpreted]
     declared_ms = sum(e["total_ms"] for e in ops.values())
+    worked = any("flops" in s for e in ops.values() for s in e["shapes"])
+    fp = device.fingerprint()
     return {
         "schema": SCHEMA,
         "run_id": rid,
         "created": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
-        "device": device.fingerprint(),
+        "device": fp,
         "kernels": "checkout",
         "weights": None,
         "target": {"root": str(root), "build": d.build, "declaration": str(d.path),
@@ -144,15 +154,14 @@ def summarize(found: discover.Discovery, d: decl.Declaration, policy, root: Path
                    "isolation": found.isolation, "interpreted": found.interpreted,
                    "pinned_autotune": found.pinned, "timings_s": found.timings},
         "workload": {"name": f"{d.build}().workload()", "path": None, "sha256": None},
-        "timing": {"source": "launch hook", "label": label, "note": note, "ranking": "time share alone (a target "
-                   "declares no FLOP/byte counts, so there is no roofline headroom)"},
+        "timing": {"source": "launch hook", "label": label, "note": note, "ranking": RANKING[worked]},
         "totals": {"total_op_ms": declared_ms, "launch_ms": total_ms, "workload_ms": workload_ms,
                    "non_launch_ms": max(0.0, workload_ms - total_ms), "e2e_ms": workload_ms,
                    "hook_ms": 1e3 * found.timings.get("hook_s", 0.0),
                    "calls": sum(x.calls for x in found.launches),
                    "not_declared_ms": total_ms - declared_ms},
         "total_op_ms": declared_ms,
-        "roofline": None,
+        "roofline": roofline.describe(fp) if worked else None,  # the benchmark's peaks, as the embedded trace's
         "files": {"chrome_trace": None},
         "ops": ops,
         "not_declared": _not_declared(rest, total_ms),
@@ -181,18 +190,26 @@ def _op_entry(op: decl.Op, status: str, launches: list[discover.Launch], found: 
         "kernels": [{"kernel": x.kernel, "line": x.kernel_line, "calls": x.calls, "total_ms": 1e3 * x.seconds,
                      "share": 1e3 * x.seconds / total_ms if total_ms else 0.0} for x in launches],
         "sites": sites,
-        "shapes": [_shape(c.launcher, sig, n) for c in records for sig, n in zip(c.signatures, c.signature_calls)],
+        "shapes": [_shape(c.launcher, sig, n, op.work) for c in records
+                   for sig, n in zip(c.signatures, c.signature_calls)],
         "launcher_calls": [launcher_calls_json(c) for c in records],
     }
 
 
-def _shape(launcher: str, sig: list[tuple], calls: int) -> dict:
-    """One layout a launcher was called with: its tensors (dtype, sizes, strides) and its scalars."""
+def _shape(launcher: str, sig: list[tuple], calls: int, work: dict[str, str] | None = None) -> dict:
+    """One layout a launcher was called with: its tensors (dtype, sizes, strides) and its scalars; with the op's
+    declared `work`, the FLOPs and bytes of one such call and the dtype they run in (the first float tensor's)."""
+    from autokernel.target import work as work_mod
     tensors = [(p, d) for p, d in sig if d[0] == "tensor"]
-    return {"launcher": launcher, "calls": calls, "args": discover.describe(sig, 16),
-            "dtypes": {p: d[1] for p, d in tensors}, "sizes": {p: list(d[2]) for p, d in tensors},
-            "strides": {p: list(d[3]) for p, d in tensors},
-            "scalars": {p: d[1] for p, d in sig if d[0] in ("bool", "int", "float", "str", "NoneType")}}
+    out = {"launcher": launcher, "calls": calls, "args": discover.describe(sig, 16),
+           "dtypes": {p: d[1] for p, d in tensors}, "sizes": {p: list(d[2]) for p, d in tensors},
+           "strides": {p: list(d[3]) for p, d in tensors},
+           "scalars": {p: d[1] for p, d in sig if d[0] in ("bool", "int", "float", "str", "NoneType")}}
+    counts = work_mod.counts(work, sig) if work else None
+    if counts is not None:
+        out.update(counts, dtype=next((d[1] for _, d in tensors if str(d[1]).startswith(("float", "bfloat"))),
+                                      "float32"))
+    return out
 
 
 def launcher_calls_json(c: discover.LauncherCalls) -> dict:

@@ -1,5 +1,6 @@
-"""`autokernel rank` for a target's trace (autokernel/target/profile_target.py): the declared ops by time share
-alone — a target declares no FLOP/byte counts, so there is no roofline headroom to rank by — with their launches,
+"""`autokernel rank` for a target's trace (autokernel/target/profile_target.py): the declared ops by expected
+end-to-end gain (share of the workload x headroom to the roofline, autokernel/profile/rank.py's rule) where the op
+declares `work` (its FLOP/byte counts), by time share where it does not, with their launches,
 launcher call sites and the layouts the workload called them with; then the protected or excluded ones, then the
 kernels no op declares ("(not declared)"). Interpreter times are labelled as such, never shown as GPU figures.
 
@@ -45,9 +46,27 @@ def rank(t: dict, policy=None) -> list[dict]:
     for op, e in t["ops"].items():
         status = "protected" if e.get("protected") else status_of(op, policy) if policy is not None else \
             e.get("status", "target")
-        rows.append({"op": op, **e, "status": status})
-    rows.sort(key=lambda r: (r["status"] != "target", -r["share"]))
+        rows.append({"op": op, **e, "status": status, **_roofline(e, t.get("roofline") or {})})
+    rows.sort(key=lambda r: (r["status"] != "target", -(r["gain"] if r["gain"] is not None else r["e2e_share"])))
     return rows
+
+
+def _roofline(e: dict, peaks: dict) -> dict:
+    """{roof_ms, headroom, gain, bound}: the op's calls at the roofline of the trace's peaks, when every layout has
+    its work counts (numbers checked: the trace is read back from the checkout); None each otherwise."""
+    from autokernel.profile.rank import roof_ms
+    shapes = e.get("shapes") or []
+    none = {"roof_ms": None, "headroom": None, "gain": None, "bound": None}
+    ok = shapes and all(all(type(s.get(k)) in (int, float) and 0 <= s[k] < 2 ** 63 for k in ("flops", "bytes", "calls"))
+                        and isinstance(s.get("dtype"), str) for s in shapes)
+    total, share = e.get("total_ms"), e.get("e2e_share", e.get("share"))
+    if not ok or not (type(total) is float and total > 0) or type(share) is not float:
+        return none
+    roof, bound = roof_ms({"shapes": shapes}, peaks)
+    if roof is None:
+        return none
+    headroom = max(0.0, 1.0 - roof / total)
+    return {"roof_ms": roof, "headroom": headroom, "gain": share * headroom, "bound": bound}
 
 
 def _layouts(e: dict, limit: int = 3) -> str:
@@ -83,24 +102,29 @@ def print_rank(t: dict, ranked: list[dict]) -> None:
                   f" · {totals.get('calls')} Triton launches · workload {totals.get('workload_ms', 0) / 1e3:.1f} s, "
                   f"launches {totals.get('launch_ms', 0) / 1e3:.1f} s of it")
     console.print(f"timing: [bold yellow]{markup(timing.get('label'))}[/] — {markup(timing.get('note'))}")
-    console.print("ranked by time share alone: a target declares no FLOP/byte counts, so no roofline headroom")
+    roof = any(r.get("gain") is not None for r in ranked)
+    console.print(f"ranked by {markup(timing.get('ranking') or 'time share alone')}" + (
+        f" · peaks: {markup((t.get('roofline') or {}).get('source'))}" if roof else ""))
     table = Table(show_lines=False)
     unit = "interpreter ms" if interp else "synced ms"
+    extra = [("headroom", "right"), ("gain", "right"), ("bound", "left")] if roof else []
     for col, just in [("#", "right"), ("op", "left"), ("launches", "right"), (unit, "right"), ("share", "right"),
-                      ("of workload", "right"), ("kernels", "left"), ("launched from", "left"),
+                      ("of workload", "right"), *extra, ("kernels", "left"), ("launched from", "left"),
                       ("layouts (calls)", "left")]:
         table.add_column(col, justify=just, overflow="fold")
     n = 0
     for r in ranked:
         target = r["status"] == "target"
         n += target
+        cells = [_pct(r.get("headroom")), _pct(r.get("gain")), r.get("bound") or "—"] if roof else []
         table.add_row(str(n) if target else "—", markup(r["op"]) + ("" if target else f" [dim]({r['status']})[/]"),
-                      str(r["calls"]), f"{r['total_ms']:.1f}", _pct(r["share"]), _pct(r.get("e2e_share")),
+                      str(r["calls"]), f"{r['total_ms']:.1f}", _pct(r["share"]), _pct(r.get("e2e_share")), *cells,
                       markup(" ".join(k["kernel"] for k in r.get("kernels", []))), markup(_sites(r)),
                       markup(_layouts(r)), style=None if target else "dim")
     for x in t.get("not_declared") or []:
         table.add_row("—", NOT_DECLARED, str(x["calls"]), f"{x['total_ms']:.1f}", _pct(x["share"]), "—",
-                      markup(x["kernel"]), markup(x.get("site") or x["kernel_file"]), "", style="dim")
+                      *(["—"] * len(extra)), markup(x["kernel"]), markup(x.get("site") or x["kernel_file"]), "",
+                      style="dim")
     console.print(table)
     console.print("[dim]share: of all Triton launch time in the workload · of workload: of its wall time · "
                   f"{NOT_DECLARED}: launched, in no \\[ops] table of autokernel.toml · protected ops are listed, never "
@@ -125,7 +149,8 @@ def print_op(t: dict, op: str) -> None:
 
 def to_json(t: dict, ranked: list[dict], op: str | None = None) -> str:
     doc = {"trace": t["_path"], "run_id": t.get("run_id"), "device": t.get("device"), "target": t.get("target"),
-           "timing": t.get("timing"), "totals": t.get("totals"), "ranking": "time share alone",
+           "timing": t.get("timing"), "totals": t.get("totals"),
+           "ranking": (t.get("timing") or {}).get("ranking") or "time share alone",
            "targets": [r for r in ranked if r["status"] == "target"],
            "excluded": [r for r in ranked if r["status"] != "target"],
            "not_declared": t.get("not_declared") or []}

@@ -327,7 +327,8 @@ def test_liger_checkout_profile_and_rank(tmp_path):
     shutil.copy(ROOT / "examples/liger/autokernel.toml", ck / decl.NAME)
     r = subprocess.run(CLI + ["profile", "--repo", str(ck)], capture_output=True, text=True, timeout=600, env=env)
     assert r.returncode == 0, r.stdout + r.stderr
-    for needle in ("rms_norm", "rope", "swiglu", "CPU / Triton interpreter", "ranked by time share alone"):
+    for needle in ("rms_norm", "rope", "swiglu", "CPU / Triton interpreter", "ranked by expected end-to-end gain",
+                   "headroom"):
         assert needle in r.stdout, r.stdout
     r = subprocess.run(CLI + ["rank", "--repo", str(ck), "--json"], capture_output=True, text=True, timeout=120,
                        env=env)
@@ -336,6 +337,10 @@ def test_liger_checkout_profile_and_rank(tmp_path):
     ops = {x["op"]: x for x in doc["targets"]}
     assert sorted(ops) == ["rms_norm", "rope", "swiglu"] and doc["excluded"] == [] and doc["not_declared"] == []
     assert sum(x["share"] for x in ops.values()) == pytest.approx(1.0)
+    # the declared work counts: every layout counted, so each op has its roofline headroom (interpreter times are
+    # far above a CPU's roofline)
+    assert all(x["gain"] is not None and 0 < x["headroom"] <= 1 for x in ops.values()), ops
+    assert {s["flops"] for s in ops["swiglu"]["shapes"]} == {5 * 172 * m for m in (1, 3, 7)}
     # 2 prompts x 3 forwards (prefill + 2 decode steps) x 2 layers: 5 norms, 2 ropes, 2 swiglus per forward
     assert {k: x["calls"] for k, x in ops.items()} == {"rms_norm": 30, "rope": 12, "swiglu": 12}
     assert ops["rms_norm"]["sites"]["llama_liger/ops/rms_norm.py:rms_norm_forward"]["calls"] == 30
