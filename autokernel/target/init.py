@@ -110,6 +110,8 @@ def render(ops: list[discover.FoundOp]) -> str:
             lines.append(f"reference = {decl.quote(decl.TODO)}  # \"module:function\": torch, with the signature {sig}")
         lines.append("# outputs = [0]  # which return values the gate compares (default: every tensor returned)")
         lines.append("# tolerance = { atol = 1e-5, rtol = 1e-5 }  # optional: replaces the derived tolerance")
+        lines.append("# work = { flops = \"...\", bytes = \"...\" }  # optional: one call's, over its arguments "
+                     "(X.numel, X.nbytes, X.shape[i]): rank by roofline headroom")
         lines.append("protected = false")
         blocks.append("\n".join(lines) + "\n")
     return "\n".join(blocks)
