@@ -68,6 +68,7 @@ def test_liger_rope_is_accepted_end_to_end(liger, tmp_path):
     assert rc == 0, v
     assert [s["name"] for s in v["stages"]] == ["static", "runtime", "numeric", "e2e"]
     assert v["stages"][-1]["metrics"]["top1"] == 1.0
+    assert v["stages"][-1]["metrics"]["calls_judged"] >= 1  # Liger's rope calls in the HF engine, judged in place
 
 
 def test_liger_swiglu_exact_only_at_production_gate_multiplier_is_rejected(liger, tmp_path):
