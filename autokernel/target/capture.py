@@ -4,11 +4,12 @@ for autokernel's own engine.
 
 Each declared launcher of the candidate's module is wrapped before the engine is built (so `from pkg.ops import f`
 in the engine, and the file's own calls through its globals, get the wrapper). Every call's arguments are copied
-before it runs; after it returns, the first call of each launcher is kept, and each later one with probability P,
-drawn from the operating system's randomness only then, until CAPTURE_BYTES: the candidate cannot tell, while it
-runs, whether this call will be judged. Calls whose arguments are not tensors or plain values (which the
-reference's job could not load) are counted, not kept. `calls` counts every call: none means the candidate's code
-never ran in the engine, and its KL would say nothing about it.
+before it runs, on their own device (moved to the CPU only for the calls kept); after it returns, the first call
+of each launcher is kept, and each later one with probability P, drawn from the operating system's randomness only
+then, until CAPTURE_BYTES: the candidate cannot tell, while it runs, whether this call will be judged. Calls whose
+arguments are not tensors or plain values (which the reference's job could not load) are counted, not kept.
+`calls` counts every call: none means the candidate's code never ran in the engine, and its KL would say nothing
+about it. The baseline's job counts its calls only.
 """
 from __future__ import annotations
 
@@ -21,12 +22,14 @@ P = 0.1  # the chance that a call after a launcher's first is kept
 PLAIN = (bool, int, float, str, type(None))
 
 
-def _copy(x):
+def _copy(x, device: str | None = None):
+    """A detached copy of an argument taken around the call: on the tensor's own device (no host synchronisation per
+    call where kernels compile), or on `device`; plain values as they are."""
     import torch
     if isinstance(x, torch.Tensor):
-        return x.detach().to("cpu", copy=True)
+        return x.detach().clone() if device is None else x.detach().to(device, copy=True)
     if isinstance(x, (tuple, list)):
-        return [_copy(v) for v in x]
+        return [_copy(v, device) for v in x]
     return x
 
 
@@ -43,8 +46,9 @@ def _plain(v) -> bool:
 
 
 class Capture:
-    def __init__(self, outputs: dict[str, list[int] | None]):
+    def __init__(self, outputs: dict[str, list[int] | None], keep: bool = True):
         self.outputs = outputs  # launcher -> compared return values (None: every tensor returned)
+        self.keep = keep  # False: count the calls only (the baseline's job)
         self.kept: list[list] = []  # [launcher, kwargs before the call, selected outputs after it]
         self.calls: dict[str, int] = {}
         self.unloadable = 0
@@ -56,12 +60,14 @@ class Capture:
 
         @functools.wraps(fn)
         def launcher(*args, **kwargs):
-            try:
-                bound = sig.bind(*args, **kwargs)
-                bound.apply_defaults()
-                before = {k: _copy(v) for k, v in bound.arguments.items()}
-            except TypeError:
-                before = None  # the call itself will raise as it would unwrapped
+            before = None  # counted only; or a call that will raise as it would unwrapped
+            if self.keep:
+                try:
+                    bound = sig.bind(*args, **kwargs)
+                    bound.apply_defaults()
+                    before = {k: _copy(v) for k, v in bound.arguments.items()}
+                except TypeError:
+                    pass
             out = fn(*args, **kwargs)
             first = name not in self.calls
             self.calls[name] = self.calls.get(name, 0) + 1
@@ -79,14 +85,15 @@ class Capture:
         pick = self.outputs.get(name)
         chosen = [o for o in outs if isinstance(o, torch.Tensor)] if pick is None else \
             [outs[i] for i in pick if i < len(outs)]
-        after = [_copy(o) for o in chosen]
+        before = {k: _copy(v, "cpu") for k, v in before.items()}
+        after = [_copy(o, "cpu") for o in chosen]
         self.bytes += _nbytes(list(before.values())) + _nbytes(after)
         self.kept.append([name, before, after])
 
 
-def install(module, launchers: list[str], outputs: dict[str, list[int] | None]) -> Capture:
+def install(module, launchers: list[str], outputs: dict[str, list[int] | None], keep: bool = True) -> Capture:
     """Wrap each launcher (a function of `module`, or `Class.method`) in one Capture; a static method stays one."""
-    cap = Capture(outputs)
+    cap = Capture(outputs, keep)
     for name in launchers:
         *owner_path, attr = name.split(".")
         owner = module

@@ -58,7 +58,7 @@ def engine_job(payload: dict, inputs) -> dict:
             mod = kernel_loader.load_kernel("", Path(inputs) / payload["candidate"], None, payload["module"])
         else:
             mod = importlib.import_module(payload["module"])
-        cap = capture.install(mod, payload["launchers"], payload["outputs"])
+        cap = capture.install(mod, payload["launchers"], payload["outputs"], keep=bool(payload.get("candidate")))
         module, _, fn = payload["build"].partition(":")
         engine = getattr(importlib.import_module(module), fn)()
         with torch.no_grad():
