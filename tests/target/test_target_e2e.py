@@ -21,6 +21,10 @@ def _cache(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
 
 
+# gate.max_rows at the interpreter's cap: the calls past it (numeric._reach) are tests/gate/test_gate_defence.py's
+POLICY = Policy.model_validate({"gate": {"max_rows": 1024}})
+
+
 SERVE_EPS = 5e-3  # what the engine's logits() passes; its profiled workload sent 1e-5 (the gate draws 1e-6..1e-4)
 
 
@@ -44,12 +48,12 @@ def test_a_kernel_wrong_only_on_production_calls_is_rejected_end_to_end(tmp_path
     assert old in NORM
     path.write_text(textwrap.dedent(NORM.replace(old, "r = 1.0 / tl.sqrt(tl.sum(x * x, axis=0) / n + "
                                                       "(eps + 1e7 * eps * eps * eps * eps * eps))")))
-    v = target_gate.verify(root, "norm", path, policy=Policy(), seed=5)
+    v = target_gate.verify(root, "norm", path, policy=POLICY, seed=5)
     assert [s.name for s in v.stages] == ["static", "runtime", "numeric", "e2e"], [(s.name, s.detail) for s in v.stages]
     assert v.failure is not None and v.failure.reason == "e2e.call_mismatch", (v.failure and v.failure.detail)
     assert "norm call" in v.failure.detail and "numeric.mismatch" in v.failure.detail, v.failure.detail
     monkeypatch.setattr(target_e2e, "_judge_calls", lambda *a: (0, ""))  # the defence off: the KL alone passes it
-    v = target_gate.verify(root, "norm", path, policy=Policy(), seed=5)
+    v = target_gate.verify(root, "norm", path, policy=POLICY, seed=5)
     assert v.accepted, [(s.name, s.reason, s.detail) for s in v.stages]
 
 
@@ -103,7 +107,9 @@ def test_an_engine_whose_logits_never_call_the_op_is_bad_input(tmp_path, capsys)
     assert "self.logits([ids])\n" in text
     engine.write_text(text.replace("[norm(self.emb", "[(lambda x, e: x)(self.emb")
                       .replace("self.logits([ids])\n", "norm(self.emb[torch.tensor(ids)], 1e-5)\n"))
-    assert verify_command("norm", root / "toyt/ops/norm.py", seed=5, repo=root) == 2
+    policy = tmp_path / "policy.yaml"
+    policy.write_text("gate:\n  max_rows: 1024\n")
+    assert verify_command("norm", root / "toyt/ops/norm.py", seed=5, policy_file=policy, repo=root) == 2
     err = capsys.readouterr().err
     assert "never called norm" in err and len(err.strip().splitlines()) == 1, err
 
