@@ -127,21 +127,18 @@ def rationale(session: Session, source: str) -> str:
 
 
 def run_session(op: str, agent: str | None = None, model: str | None = None, base_url: str | None = None,
-                trace: str | Path | None = None, run_dir: str | Path | None = None, *,
-                policy: policy_mod.Policy | None = None, seed: int = 0, evaluator: Evaluator | None = None,
-                llm: Model | None = None, echo=print, repo: str | Path | None = None,
-                ledger: Ledger | None = None) -> Result:
-    """One session on `op` with its summary printed; the Result carries the best accepted candidate.
+                trace: str | Path | None = None, run_dir: str | Path | None = None, *, layout: paths.Layout,
+                policy: policy_mod.Policy, seed: int = 0, evaluator: Evaluator | None = None,
+                llm: Model | None = None, echo=print, ledger: Ledger | None = None) -> Result:
+    """One session on `op` in the target checkout `layout` with its summary printed; the Result carries the best
+    accepted candidate.
 
     `agent` (search | anthropic | openai), `model` and `base_url` override policies.yaml's agent section; `policy`
-    defaults to policy.for_checkout on the target checkout (autokernel.paths; `repo` names it): the user config and
-    the checkout's policies.yaml under trust rule 6. `evaluator`
+    is the command's (autokernel/cli/agent.py: policy.for_checkout on `layout`, the user config and the checkout's
+    policies.yaml under trust rule 6). `evaluator`
     and `llm` replace the sandboxed gate + bench and the provider (tests). `ledger` (agent/ledger.py) defaults to
     the target's sandbox/ledger.jsonl when the real evaluator judges, else none (an injected evaluator's verdicts
     are not the gate's)."""
-    layout = paths.target(repo)
-    if policy is None:
-        policy = policy_mod.for_checkout(layout.root, flags=policy_mod.flags(agent, base_url))
     kernel_file = check_op(op, policy, layout)
     settings = agent_settings(policy, agent, model, base_url)
     run_dir = Path(run_dir) if run_dir else layout.run_dir("agent", op, settings.provider)

@@ -9,10 +9,18 @@ import typer
 
 
 def agent_command(op: str, agent: str | None = None, model: str | None = None, base_url: str | None = None,
-                  trace: str | Path | None = None, run_dir: str | Path | None = None, **kw) -> int:
-    """Run one session on `op`, print its summary, and return the exit code (0 a win, 1 none)."""
+                  trace: str | Path | None = None, run_dir: str | Path | None = None, *, policy=None,
+                  repo: str | Path | None = None, **kw) -> int:
+    """Run one session on `op` in the target checkout (autokernel.paths; `repo` names it), print its summary, and
+    return the exit code (0 a win, 1 none). `policy` defaults to policy.for_checkout on that checkout: the user
+    config and the checkout's policies.yaml under trust rule 6."""
+    from autokernel import paths
+    from autokernel import policy as policy_mod
     from autokernel.agent.command import run_session
-    return 0 if run_session(op, agent, model, base_url, trace, run_dir, **kw).best else 1
+    layout = paths.target(repo)
+    if policy is None:
+        policy = policy_mod.for_checkout(layout.root, flags=policy_mod.flags(agent, base_url))
+    return 0 if run_session(op, agent, model, base_url, trace, run_dir, layout=layout, policy=policy, **kw).best else 1
 
 
 def agent(

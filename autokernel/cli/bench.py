@@ -50,8 +50,15 @@ def bench_command(op: str, candidates: list[Path], trace: Path | None, as_json: 
     """
     if repo is not None:
         from autokernel.target.bench import bench_target
-        return bench_target(Path(repo), op, candidates, trace, as_json, policy=policy, policy_file=policy_file,
-                            incumbent=incumbent, run_dir=job_root)
+        from autokernel.target.declaration import checkout_root
+        try:
+            root = checkout_root(Path(repo))
+            if policy is None:
+                policy = policy_mod.for_checkout(root, policy_file, uses=policy_mod.RUNS_CODE)
+        except (UserError, OSError) as e:
+            return _failed(op, e, as_json)
+        return bench_target(root, op, candidates, trace, as_json, policy=policy, incumbent=incumbent,
+                            run_dir=job_root)
     candidates = [Path(c) for c in candidates]
     try:
         layout = paths.target()
@@ -70,10 +77,7 @@ def bench_command(op: str, candidates: list[Path], trace: Path | None, as_json: 
             return 1
         m = measure(op, candidates, cases, policy, job_root or layout.sandbox, incumbent=incumbent)
     except (UserError, IncumbentFailed) as e:
-        print(f"autokernel bench: {one_line(e)}", file=sys.stderr)  # one line, never wrapped
-        if as_json:  # a machine reading stdout still gets JSON
-            print(json.dumps({"op": one_line(op, 100), "error": one_line(e, 1000), "exit_code": 2}, indent=2))
-        return 2
+        return _failed(op, e, as_json)
     if as_json:
         print(json.dumps(data(m.to_dict()), indent=2, default=str))
     else:
@@ -82,6 +86,15 @@ def bench_command(op: str, candidates: list[Path], trace: Path | None, as_json: 
             console = Console(width=160)
         render(m, console)
     return 0 if m.accepted else 1
+
+
+def _failed(op: str, e: Exception, as_json: bool) -> int:
+    """Bad input: one line on stderr, never wrapped (with --json a JSON error object on stdout too: a machine reading
+    stdout still gets JSON); exit 2."""
+    print(f"autokernel bench: {one_line(e)}", file=sys.stderr)
+    if as_json:
+        print(json.dumps({"op": one_line(op, 100), "error": one_line(e, 1000), "exit_code": 2}, indent=2))
+    return 2
 
 
 def bench(

@@ -18,9 +18,11 @@ from autokernel.target import discover
 
 
 def init_command(repo: Path | None, engine: str | None, force: bool, policy_file: Path | None) -> int:
+    from autokernel import policy
     from autokernel.target import init as target_init
     root = decl.checkout_root(repo)
-    found, build, d, job_dir = target_init.discovery(root, engine, force, policy_file)
+    pol = policy.for_checkout(root, policy_file, uses=("sandbox",))
+    found, build, d, job_dir = target_init.discovery(root, engine, force, pol)
     show(d)
     verb = target_init.declare(root, found, build, d, job_dir)
     typer.echo(f"{verb} {root / decl.NAME}: {len(d.ops)} op(s) ({', '.join(op.name for op in d.ops)}); "

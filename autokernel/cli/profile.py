@@ -128,9 +128,11 @@ def _target_root(repo: Optional[Path]) -> Optional[Path]:
 
 
 def _profile_target(root: Path, out: Optional[Path], policy_file: Optional[Path]) -> None:
+    from autokernel import policy
     from autokernel.profile import trace
     from autokernel.target import profile_target, rank_target
-    run_dir, warnings = profile_target.profile(root, out, policy_file)
+    pol = policy.for_checkout(root, policy_file, uses=("sandbox", "ops"))
+    run_dir, warnings = profile_target.profile(root, pol, out)
     for w in warnings:
         typer.echo(f"warning: {w}", err=True)
     t = trace.load_trace(run_dir)

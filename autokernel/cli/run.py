@@ -41,6 +41,90 @@ def _ask(question: str) -> bool:
     return typer.confirm(question, default=False)
 
 
+def _target_root(repo: Optional[Path]) -> Optional[Path]:
+    """The target checkout (docs/targets.md, section 7): `--repo`, else the work tree here, when it has an
+    autokernel.toml and no kernels/ of ours; None: autokernel's own layout (autokernel/run.py)."""
+    from autokernel.target import run as target_run
+    from autokernel.target.declaration import checkout_root
+    try:
+        root = checkout_root(repo)
+    except UserError:
+        return None
+    return root if target_run.is_target(root) else None
+
+
+def _target_context(root: Path, agent, model, base_url, policy_file, yes: bool, console, nightly: bool = False):
+    """A target run's Ctx (autokernel/target/run.py): a git work tree, its policy under trust rule 6, and the
+    profile's (the checkout's policies.yaml, sections sandbox and ops)."""
+    from autokernel import policy as policy_mod
+    from autokernel.git import toplevel
+    from autokernel.target import run as target_run
+    toplevel(root)
+    pol = policy_mod.for_checkout(root, policy_file, flags=policy_mod.flags(agent, base_url, None))
+    profile_pol = policy_mod.for_checkout(root, uses=("sandbox", "ops"))
+    return target_run.context(pol, profile_pol, agent, model, base_url, yes, console, nightly=nightly)
+
+
+def _run_target(root: Path, op: str | None, agent: str | None, model: str | None, base_url: str | None,
+                policy_file: Path | None, yes: bool, console) -> int:
+    """`autokernel run --repo` on a target: exit 0 a win (committed, or accepted and not committed), 1 no
+    improvement, 2 bad input or a model that could not be used."""
+    from autokernel.target import run as target_run
+    from autokernel.untrusted import line
+    try:
+        ctx = _target_context(root, agent, model, base_url, policy_file, yes, console)
+        outcomes = target_run.pipeline(ctx, root, op)
+    except UserError as e:
+        console.print(f"autokernel run: error: {line(e, 1000)}", markup=False)
+        return 2
+    target_run.show(console, outcomes)
+    if any(o.status == "model_error" for o in outcomes):
+        return 2
+    if any(o.status in ("committed", "accepted", "already_delivered") for o in outcomes):
+        return 0
+    console.print("no improvement: every kernel stays as it is")
+    return 1
+
+
+def _nightly_target(root: Path, op: str | None, agent, model, base_url, policy_file, out: Path, push: bool,
+                    open_pr: bool, github_api: str, console) -> int:
+    """`autokernel nightly --repo` on a target: the same loop, non-interactive (commits), then --push / --open-pr;
+    --out gets summary.json and pr.md whatever happened. Exit 0 with or without a win; 2 a model that could not be
+    used, bad input or environment (written to the artifacts too)."""
+    import os
+
+    from autokernel import git as delivery
+    from autokernel.target import run as target_run
+    from autokernel.untrusted import line
+    outcomes: list[target_run.TargetOutcome] = []
+    prs: list[str] = []
+    error = None
+    try:
+        token = os.environ.get("GITHUB_TOKEN")
+        if open_pr and not token:
+            raise UserError("--open-pr needs GITHUB_TOKEN in the environment")
+        ctx = _target_context(root, agent, model, base_url, policy_file, True, console, nightly=True)
+        outcomes = target_run.pipeline(ctx, root, op)
+        for o in outcomes:
+            if o.status != "committed" or not (push or open_pr):
+                continue
+            delivery.push(root, o.branch)
+            if open_pr:
+                base = delivery.git(root, "rev-parse", "--abbrev-ref", "HEAD")
+                title, _, body = o.message.partition("\n\n")
+                prs.append(delivery.open_pull_request(delivery.github_slug(root), o.branch, base, title, body,
+                                                      token, github_api))
+    except UserError as e:
+        error = line(e, 1000)
+        console.print(f"autokernel nightly: error: {error}", markup=False)
+    finally:
+        target_run.write_nightly(out, outcomes, prs, error)
+    target_run.show(console, outcomes)
+    console.print(f"nightly: {sum(o.status == 'committed' for o in outcomes)} commit(s); wrote {out / 'summary.json'} "
+                  f"and {out / 'pr.md'}", markup=False, soft_wrap=True)
+    return 2 if error or any(o.status == "model_error" for o in outcomes) else 0
+
+
 def run_cmd(
     op: Optional[str] = typer.Option(None, help="Work on this op only (default: the top-ranked unprotected ops)."),
     agent: Optional[str] = typer.Option(None, help="search | anthropic | openai (default: policies.yaml agent)."),
@@ -58,9 +142,9 @@ def run_cmd(
 ):
     """The main job: profile, rank, let an agent rewrite the top kernels, gate, benchmark, commit wins."""
     console = _console()
-    from autokernel.target import run as target_run
-    if target_run.is_target(repo):  # a checkout with autokernel.toml (docs/targets.md, section 7)
-        raise typer.Exit(target_run.run_command(repo, op, agent, model, base_url, policy_file, yes, console))
+    target = _target_root(repo)
+    if target is not None:  # a checkout with autokernel.toml (docs/targets.md, section 7)
+        raise typer.Exit(_run_target(target, op, agent, model, base_url, policy_file, yes, console))
     progress = run.Progress()
     try:
         ctx = run.context(agent=agent, model=model, base_url=base_url, repo=repo, policy_file=policy_file,
@@ -101,10 +185,10 @@ def nightly_cmd(
 
     from autokernel import git as delivery
     console = _console()
-    from autokernel.target import run as target_run
-    if target_run.is_target(repo):  # a checkout with autokernel.toml (docs/targets.md, section 7)
-        raise typer.Exit(target_run.nightly_command(repo, op, agent, model, base_url, policy_file, out, push, open_pr,
-                                                    github_api, console))
+    target = _target_root(repo)
+    if target is not None:  # a checkout with autokernel.toml (docs/targets.md, section 7)
+        raise typer.Exit(_nightly_target(target, op, agent, model, base_url, policy_file, out, push, open_pr,
+                                         github_api, console))
     progress, prs, failure = run.Progress(), [], None
     try:
         token = os.environ.get("GITHUB_TOKEN")

@@ -120,22 +120,18 @@ def measure_target(root: Path, name: str, candidates: list[Path], policy, *, tra
     return m, None
 
 
-def bench_target(repo: Path, name: str, candidates: list[Path], trace: Path | None, as_json: bool, *, policy=None,
-                 policy_file: Path | None = None, incumbent: Path | None = None, run_dir: Path | None = None) -> int:
-    """`autokernel bench --repo`: exit 0 a candidate accepted; 1 none accepted, or the static stage refused one
-    (nothing timed); 2 bad input or an incumbent that cannot be timed (one line; with --json a JSON error too)."""
+def bench_target(root: Path, name: str, candidates: list[Path], trace: Path | None, as_json: bool, *, policy,
+                 incumbent: Path | None = None, run_dir: Path | None = None) -> int:
+    """`autokernel bench --repo` on the checkout `root` under `policy` (the command's: policy.for_checkout with uses
+    RUNS_CODE): exit 0 a candidate accepted; 1 none accepted, or the static stage refused one (nothing timed); 2 bad
+    input or an incumbent that cannot be timed (one line; with --json a JSON error too)."""
     from rich.console import Console
 
-    from autokernel import policy as policy_mod
     from autokernel.bench.measure import IncumbentFailed
     from autokernel.bench.show import print_refused as _print_refused
     from autokernel.bench.show import render
-    from autokernel.target.declaration import checkout_root
     from autokernel.untrusted import data, line
     try:
-        root = checkout_root(repo)
-        if policy is None:
-            policy = policy_mod.for_checkout(root, policy_file, uses=policy_mod.RUNS_CODE)
         m, refused = measure_target(root, name, candidates, policy, trace=trace, incumbent=incumbent,
                                     run_dir=run_dir)
     except (UserError, IncumbentFailed, OSError) as e:

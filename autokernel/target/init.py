@@ -38,14 +38,13 @@ def engine_entry(root: Path, found: decl.Declaration | None, engine: str | None,
 
 
 def discovery(root: Path, engine: str | None, force: bool,
-              policy_file: Path | None) -> tuple[decl.Declaration | None, str, discover.Discovery, Path]:
-    """Run the checkout's engine workload once in the sandbox: (the declaration already there, or None; the engine
-    entry; what the workload launched; the job directory its records go to, in the user's cache)."""
+              policy) -> tuple[decl.Declaration | None, str, discover.Discovery, Path]:
+    """Run the checkout's engine workload once in the sandbox under `policy` (the command's: policy.for_checkout with
+    uses sandbox): (the declaration already there, or None; the engine entry; what the workload launched; the job
+    directory its records go to, in the user's cache)."""
     from autokernel import paths, sandbox
-    from autokernel import policy as policy_mod
     found = decl.load(root)
     build = engine_entry(root, found, engine, force)
-    policy = policy_mod.for_checkout(root, policy_file, uses=("sandbox",))
     sandbox.preflight(policy.sandbox, untrusted_author=False)
     job_dir = paths.user_cache() / "init" / paths.run_name()
     return found, build, discover.run(root, build, policy, job_dir), job_dir

@@ -95,15 +95,14 @@ def check_called(d: decl.Declaration, found: discover.Discovery) -> list[str]:
     return [f"[ops.{op.name}] (protected) launcher {name} was never called by the workload" for op, name in missing]
 
 
-def profile(root: Path, out: Path | None = None, policy_file: Path | None = None) -> tuple[Path, list[str]]:
-    """Profile the target checkout `root`; returns (the run directory, warnings). Nothing is written into the
-    checkout unless the run succeeded (the sandbox job's log goes to the user's cache)."""
+def profile(root: Path, pol, out: Path | None = None) -> tuple[Path, list[str]]:
+    """Profile the target checkout `root` under `pol` (the command's: policy.for_checkout with uses sandbox and
+    ops); returns (the run directory, warnings). Nothing is written into the checkout unless the run succeeded (the
+    sandbox job's log goes to the user's cache)."""
     from autokernel import paths, sandbox
-    from autokernel import policy as policy_mod
     from autokernel.profile import trace
     from autokernel.profile.profiler import run_id
     d = declared(root)
-    pol = policy_mod.for_checkout(root, policy_file, uses=("sandbox", "ops"))
     traces = Path(out) if out is not None else paths.Layout(root).traces  # refuses a symlinked traces/ before the run
     sandbox.preflight(pol.sandbox, untrusted_author=False)
     rid = run_id(f"{root}|{d.build}")

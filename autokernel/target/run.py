@@ -222,7 +222,7 @@ def pipeline(ctx, root: Path, op: str | None) -> list[TargetOutcome]:
     run_dir = paths.user_cache() / "run" / paths.run_name()
     run_dir.mkdir(parents=True)
     with ctx.console.status("profiling the target's workload in the sandbox …"):
-        trace_dir, _ = profile_target.profile(root, out=run_dir / "profile")
+        trace_dir, _ = profile_target.profile(root, ctx.profile_policy, out=run_dir / "profile")
     t = rank_target.load(root, trace_dir / "summary.json")
     ranked = rank_target.rank(t, ctx.policy)
     rank_target.print_rank(t, ranked)
@@ -233,106 +233,41 @@ def pipeline(ctx, root: Path, op: str | None) -> list[TargetOutcome]:
     return [work_on(root, n, ctx, run_dir, trace_dir / "summary.json", t, shares.get(n)) for n in names]
 
 
-def is_target(repo: Path | None) -> bool:
-    """`--repo` (else the work tree here) is a target checkout: it has an autokernel.toml and no kernels/ of ours."""
-    from autokernel.target.declaration import checkout_root
-    try:
-        root = checkout_root(repo)
-    except UserError:
-        return False
+def is_target(root: Path) -> bool:
+    """The checkout `root` is a target: it has an autokernel.toml and no kernels/ of ours."""
     return (root / decl.NAME).is_file() and not (root / "kernels").is_dir()
 
 
 @dataclass
 class Ctx:
     policy: object
+    profile_policy: object  # the profile's: the checkout's policies.yaml, its sandbox and ops (autokernel/cli/run.py)
     settings: object
     llm: object
     console: object
     yes: bool
 
 
-def _context(repo: Path | None, agent, model, base_url, policy_file, yes: bool, console, nightly: bool = False):
-    """(the checkout's root, the run's Ctx): policy under trust rule 6, the agent's settings, the model (probed)."""
-    from autokernel import policy as policy_mod
+def context(pol, profile_pol, agent, model, base_url, yes: bool, console, nightly: bool = False) -> Ctx:
+    """The run's Ctx under the command's policies (autokernel/cli/run.py: policy.for_checkout under trust rule 6):
+    the agent's settings, the model (probed)."""
     from autokernel import sandbox
     from autokernel.agent.command import agent_settings, make_model
     from autokernel.agent.providers import preflight
-    from autokernel.git import toplevel
-    from autokernel.target.declaration import checkout_root
-    root = checkout_root(repo)
-    toplevel(root)
-    pol = policy_mod.for_checkout(root, policy_file, flags=policy_mod.flags(agent, base_url, None))
     settings = agent_settings(pol, agent, model, base_url)
     settled = preflight(settings.provider, settings.model, settings.base_url)
     if settings.model is None and settled:
         settings = settings.model_copy(update={"model": settled})
     sandbox.preflight(pol.sandbox, untrusted_author=nightly or settings.provider != "search")
-    return root, Ctx(pol, settings, make_model(settings, seed=0, bench=pol.bench), console, yes)
+    return Ctx(pol, profile_pol, settings, make_model(settings, seed=0, bench=pol.bench), console, yes)
 
 
-def _show(console, outcomes: list[TargetOutcome]) -> None:
+def show(console, outcomes: list[TargetOutcome]) -> None:
     for o in outcomes:
         ci = f" [{o.speedup_ci[0]:.3f}, {o.speedup_ci[1]:.3f}]" if o.speedup_ci else ""
         where = f" on {o.branch} ({o.sha[:10]})" if o.sha else ""
         console.print(f"{o.op}: {o.status}{where}" + (f", {o.speedup:.3f}x{ci}" if o.speedup else "")
                       + f": {o.detail}", markup=False, soft_wrap=True)
-
-
-def run_command(repo: Path | None, op: str | None, agent: str | None, model: str | None, base_url: str | None,
-                policy_file: Path | None, yes: bool, console) -> int:
-    """`autokernel run --repo` on a target: exit 0 a win (committed, or accepted and not committed), 1 no
-    improvement, 2 bad input or a model that could not be used."""
-    try:
-        root, ctx = _context(repo, agent, model, base_url, policy_file, yes, console)
-        outcomes = pipeline(ctx, root, op)
-    except UserError as e:
-        console.print(f"autokernel run: error: {line(e, 1000)}", markup=False)
-        return 2
-    _show(console, outcomes)
-    if any(o.status == "model_error" for o in outcomes):
-        return 2
-    if any(o.status in ("committed", "accepted", "already_delivered") for o in outcomes):
-        return 0
-    console.print("no improvement: every kernel stays as it is")
-    return 1
-
-
-def nightly_command(repo: Path | None, op: str | None, agent, model, base_url, policy_file, out: Path, push: bool,
-                    open_pr: bool, github_api: str, console) -> int:
-    """`autokernel nightly --repo` on a target: the same loop, non-interactive (commits), then --push / --open-pr;
-    --out gets summary.json and pr.md whatever happened. Exit 0 with or without a win; 2 a model that could not be
-    used, bad input or environment (written to the artifacts too)."""
-    import os
-
-    from autokernel import git as delivery
-    outcomes: list[TargetOutcome] = []
-    prs: list[str] = []
-    error = None
-    try:
-        token = os.environ.get("GITHUB_TOKEN")
-        if open_pr and not token:
-            raise UserError("--open-pr needs GITHUB_TOKEN in the environment")
-        root, ctx = _context(repo, agent, model, base_url, policy_file, True, console, nightly=True)
-        outcomes = pipeline(ctx, root, op)
-        for o in outcomes:
-            if o.status != "committed" or not (push or open_pr):
-                continue
-            delivery.push(root, o.branch)
-            if open_pr:
-                base = delivery.git(root, "rev-parse", "--abbrev-ref", "HEAD")
-                title, _, body = o.message.partition("\n\n")
-                prs.append(delivery.open_pull_request(delivery.github_slug(root), o.branch, base, title, body,
-                                                      token, github_api))
-    except UserError as e:
-        error = line(e, 1000)
-        console.print(f"autokernel nightly: error: {error}", markup=False)
-    finally:
-        write_nightly(out, outcomes, prs, error)
-    _show(console, outcomes)
-    console.print(f"nightly: {sum(o.status == 'committed' for o in outcomes)} commit(s); wrote {out / 'summary.json'} "
-                  f"and {out / 'pr.md'}", markup=False, soft_wrap=True)
-    return 2 if error or any(o.status == "model_error" for o in outcomes) else 0
 
 
 def write_nightly(out: Path, outcomes: list[TargetOutcome], prs: list[str], error: str | None) -> None:

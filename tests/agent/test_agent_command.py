@@ -6,7 +6,7 @@ import pytest
 from agent_helpers import INCUMBENT, StubEvaluator
 from fake_llm_api import Call, FakeAPI, anthropic_turn
 
-from autokernel import device
+from autokernel import device, paths
 from autokernel.agent.command import run_session
 from autokernel.cli.agent import agent_command
 from autokernel.errors import UserError
@@ -31,8 +31,8 @@ def test_search_session_prints_a_summary_and_exits_0(tmp_path):
 
 
 def test_run_session_returns_the_best_candidate_for_the_caller(tmp_path):
-    r = run_session("silu_mul", "search", run_dir=tmp_path, policy=Policy(), evaluator=StubEvaluator(),
-                    echo=lambda s: None)
+    r = run_session("silu_mul", "search", run_dir=tmp_path, layout=paths.target(), policy=Policy(),
+                    evaluator=StubEvaluator(), echo=lambda s: None)
     assert r.best is not None and "silu_mul_kernel[grid]" in r.best.source and r.best.feedback.accepted
     assert r.transcript == tmp_path / "transcript.json" and r.submitted >= 1
 
@@ -86,8 +86,8 @@ def test_the_prompt_shows_the_target_checkouts_kernel(tmp_path):
     (engine / "kernels").mkdir(parents=True)
     (engine / "kernels" / "rmsnorm.py").write_text(INCUMBENT
                                                    + "# marker: the target checkout's rmsnorm\n")
-    run_session("rmsnorm", "search", run_dir=tmp_path / "run", policy=Policy(), evaluator=StubEvaluator(),
-                echo=lambda s: None, repo=engine)
+    run_session("rmsnorm", "search", run_dir=tmp_path / "run", layout=paths.target(engine), policy=Policy(),
+                evaluator=StubEvaluator(), echo=lambda s: None)
     messages = json.loads((tmp_path / "run" / "transcript.json").read_text())["messages"]
     assert "# marker: the target checkout's rmsnorm" in messages[1]["content"]  # the task shows the incumbent
     read = [m for m in messages if m["role"] == "tool" and m["name"] == "read_kernel"]
@@ -138,7 +138,7 @@ def test_the_search_steps_on_the_policys_bench_bar(tmp_path, monkeypatch):
     real = command.make_model
     monkeypatch.setattr(command, "make_model", lambda *a, **kw: built.append(kw) or real(*a, **kw))
     (tmp_path / "policies.yaml").write_text("bench: {min_speedup: 1.5}\n")
-    run_session("silu_mul", "search", run_dir=tmp_path / "r", policy=Policy.model_validate(
+    run_session("silu_mul", "search", run_dir=tmp_path / "r", layout=paths.target(), policy=Policy.model_validate(
         {"bench": {"min_speedup": 1.25}}), evaluator=StubEvaluator(), echo=lambda s: None)
     assert built[-1]["bench"].min_speedup == 1.25
     import git

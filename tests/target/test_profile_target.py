@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from autokernel.errors import UserError
+from autokernel.policy import for_checkout
 from autokernel.target import declaration as decl
 from autokernel.target import launches, profile_target, rank_target
 
@@ -112,7 +113,7 @@ def profiled(tmp_path_factory):
     old = os.environ.get("XDG_CACHE_HOME")
     os.environ["XDG_CACHE_HOME"] = str(root.parent / "cache")
     try:
-        run_dir, warnings = profile_target.profile(root)
+        run_dir, warnings = profile_target.profile(root, for_checkout(root, uses=("sandbox", "ops")))
     finally:
         os.environ.pop("XDG_CACHE_HOME") if old is None else os.environ.__setitem__("XDG_CACHE_HOME", old)
     return root, run_dir, warnings
@@ -268,7 +269,7 @@ def test_bad_input_is_one_line_exit_2_and_nothing_written(case, tmp_path):
     setup(root, tmp_path)
     before = snapshot(root)
     with pytest.raises(UserError, match=message) as e:
-        profile_target.profile(root)
+        profile_target.profile(root, for_checkout(root, uses=("sandbox", "ops")))
     assert e.value.exit_code == 2 and "\n" not in str(e.value)
     assert snapshot(root) == before
     assert not (tmp_path / "elsewhere").exists() or not any((tmp_path / "elsewhere").iterdir())

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from autokernel.cli.verify import verify_command
-from autokernel.policy import Policy
+from autokernel.policy import Policy, for_checkout
 from autokernel.target import contract
 from autokernel.target import declaration as decl
 from autokernel.target import gate as target_gate
@@ -220,7 +220,7 @@ def test_verify_takes_its_cases_from_a_profile_trace(tmp_path):
     from autokernel.errors import UserError
     from autokernel.target import profile_target
     root = checkout(tmp_path / "co")
-    run_dir, _ = profile_target.profile(root, out=tmp_path / "traces")
+    run_dir, _ = profile_target.profile(root, for_checkout(root, uses=("sandbox", "ops")), out=tmp_path / "traces")
     summary = run_dir / "summary.json"
     d = decl.load(root)
     (calls,) = target_gate.from_trace(root, d, d.ops["norm"], summary).values()

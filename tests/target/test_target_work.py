@@ -7,6 +7,7 @@ import pytest
 from test_profile_target import DECL, toy
 
 from autokernel.errors import UserError
+from autokernel.policy import for_checkout
 from autokernel.target import declaration as decl
 from autokernel.target import profile_target, rank_target, work
 
@@ -58,7 +59,7 @@ def test_the_profile_counts_each_layout_and_rank_gives_headroom(tmp_path):
     takes far longer than the CPU roofline's microsecond, so nearly all of its time is headroom."""
     root = toy(tmp_path / "co", DECL.replace(
         'launchers = ["add"]', 'launchers = ["add"]\nwork = { flops = "x.numel", bytes = "3 * x.nbytes" }'))
-    run_dir, _ = profile_target.profile(root)
+    run_dir, _ = profile_target.profile(root, for_checkout(root, uses=("sandbox", "ops")))
     t = json.loads((run_dir / "summary.json").read_text())
     (shape,) = t["ops"]["add"]["shapes"]
     assert (shape["flops"], shape["bytes"], shape["dtype"]) == (100.0, 1200.0, "float32")
