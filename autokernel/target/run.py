@@ -218,7 +218,11 @@ def pipeline(ctx, root: Path, op: str | None) -> list[TargetOutcome]:
     from autokernel.target import gate, profile_target, rank_target
     d = decl.load(root)
     if op is not None:
-        gate.declared_op(root, op)
+        _, declared = gate.declared_op(root, op)
+        if len(declared.launchers) > 1:
+            raise UserError(f"{d.path}: [ops.{op}] has {len(declared.launchers)} launchers; the bench times an op "
+                            f"through one launcher so far, so `run` cannot judge a win on it (`autokernel verify "
+                            f"--repo {root} {op} FILE` judges every launcher)")
     run_dir = paths.user_cache() / "run" / paths.run_name()
     run_dir.mkdir(parents=True)
     with ctx.console.status("profiling the target's workload in the sandbox …"):
@@ -227,8 +231,11 @@ def pipeline(ctx, root: Path, op: str | None) -> list[TargetOutcome]:
     ranked = rank_target.rank(t, ctx.policy)
     rank_target.print_rank(t, ranked)
     shares = {r["op"]: r.get("share") for r in ranked}
-    names = [op] if op else [r["op"] for r in ranked if r.get("status") == "target"
-                             and not d.ops[r["op"]].incomplete][: ctx.policy.agent.top_k_ops]
+    ready = [r["op"] for r in ranked if r.get("status") == "target" and not d.ops[r["op"]].incomplete]
+    for n in [n for n in ready if len(d.ops[n].launchers) > 1]:
+        ctx.console.print(f"skipping {n}: {len(d.ops[n].launchers)} launchers, and the bench times one launcher per "
+                          f"op so far (`autokernel verify --repo . {n} FILE` judges every launcher)")
+    names = [op] if op else [n for n in ready if len(d.ops[n].launchers) == 1][: ctx.policy.agent.top_k_ops]
     ctx.console.print(f"run state: {run_dir}")
     return [work_on(root, n, ctx, run_dir, trace_dir / "summary.json", t, shares.get(n)) for n in names]
 
