@@ -55,13 +55,13 @@ def _target_root(repo: Optional[Path]) -> Optional[Path]:
 
 def _target_context(root: Path, agent, model, base_url, policy_file, yes: bool, console, nightly: bool = False):
     """A target run's Ctx (autokernel/target/run.py): a git work tree, its policy under trust rule 6, and the
-    profile's (the checkout's policies.yaml, sections sandbox and ops)."""
+    profile's (sections sandbox and ops of the same file: --policy, else the checkout's policies.yaml)."""
     from autokernel import policy as policy_mod
     from autokernel.git import toplevel
     from autokernel.target import run as target_run
     toplevel(root)
     pol = policy_mod.for_checkout(root, policy_file, flags=policy_mod.flags(agent, base_url, None))
-    profile_pol = policy_mod.for_checkout(root, uses=("sandbox", "ops"))
+    profile_pol = policy_mod.for_checkout(root, policy_file, uses=("sandbox", "ops"))
     return target_run.context(pol, profile_pol, agent, model, base_url, yes, console, nightly=nightly)
 
 
