@@ -20,6 +20,7 @@ PROBE_IDS = [[1, 2, 3]]  # the logits() check: one short row of token ids any vo
 IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_<>][A-Za-z0-9_<>]*)*\Z")
 DTYPE = re.compile(r"^[a-z0-9_]{1,24}\Z")
 MAX_LAUNCHES = 512
+VIA = re.compile(r"^[^:\x00-\x1f]+:[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*\Z")  # "file:launcher"
 
 
 @dataclass
@@ -44,6 +45,7 @@ class Launch:
     grids: list[tuple[int, ...]]
     signatures: list[list[tuple]]  # per distinct signature: (name, description) pairs
     signature_calls: list[int]
+    via: str | None = None  # "file:launcher": the declared launcher the launches ran inside (innermost), if any
 
 
 @dataclass
@@ -195,8 +197,10 @@ def _launch(g, root: Path) -> Launch | None:
         if s is not None and _int(n, 1):
             sigs.append(s)
             counts.append(n)
+    via = g.get("via")
+    via = via if isinstance(via, str) and len(via) <= 400 and VIA.match(via) else None
     return Launch(kernel, kfile[:300], in_checkout, _int(g.get("kernel_line")) or 0, site, calls, seconds, grids,
-                  sigs, counts)
+                  sigs, counts, via)
 
 
 def _inside(root: Path, rel: str) -> bool:

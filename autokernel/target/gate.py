@@ -61,19 +61,24 @@ def record(root: Path, d: decl.Declaration, op: decl.Op, policy, job_dir: Path) 
         raise UserError(f"{d.path}: [ops.{op.name}] launcher {never[0]} is never called by the engine's workload: "
                         "the gate makes its cases from the calls production makes (fix `launchers`, or make the "
                         "workload call it)")
-    sites = [(x.kernel, x.kernel_file if x.in_checkout else None, x.site and (x.site.file, x.site.function))
+    sites = [(x.kernel, x.kernel_file if x.in_checkout else None, x.site and (x.site.file, x.site.function), x.via)
              for x in found.launches]
     _unchecked(d, op, sites)
     return {n: calls[n] for n in op.launchers}
 
 
-def _unchecked(d: decl.Declaration, op: decl.Op, sites: list[tuple[str, str | None, tuple[str, str] | None]]) -> None:
-    """UserError for a launch the gate would not reach: a candidate replaces the whole file, so each kernel of the
-    file the workload launches, and each function of the file that launches a kernel, must be one of the declared
+def _unchecked(d: decl.Declaration, op: decl.Op,
+               sites: list[tuple[str, str | None, tuple[str, str] | None, str | None]]) -> None:
+    """UserError for a launch the gate would not reach: a candidate replaces the whole file, so each launch of a
+    kernel of the file, and each launch from a function of the file, must happen inside one of the declared
     launchers the gate calls (else what the candidate does there goes unchecked). sites: (kernel, its checkout file
-    or None, (launch site file, function) or None) per kernel and launch site of the workload."""
-    for kernel, kfile, site in sites:
+    or None, (launch site file, function) or None, "file:launcher" of the declared launcher the launch ran inside or
+    None) per group of the workload's launches."""
+    declared = {f"{op.file}:{n}" for n in op.launchers}
+    for kernel, kfile, site, via in sites:
         if kfile != op.file and (site is None or site[0] != op.file):
+            continue
+        if via in declared:  # inside a launcher the gate calls (a helper of the file it delegates to, say)
             continue
         if site is None or site[0] != op.file:
             where = f"{site[0]}:{site[1]}" if site else "outside the checkout's code"
@@ -104,13 +109,20 @@ def from_trace(root: Path, d: decl.Declaration, op: decl.Op, trace: Path) -> dic
     if missing:
         raise UserError(f"{t['_path']}: no recorded calls of {missing[0]} for op {op.name}: profile again "
                         f"(`autokernel profile --repo {root}`) after declaring it")
-    sites = [(str(k), op.file, tuple(str(k).rsplit(":", 1)) if ":" in str(k) else None)
-             for k in entry.get("sites") or {}]
+    sites = [(str(k), op.file, tuple(str(k).rsplit(":", 1)) if ":" in str(k) else None, via)
+             for k, v in (entry.get("sites") or {}).items() for via in _vias(v)]
     sites += [(str(x.get("kernel")), x.get("kernel_file") if x.get("in_checkout") else None,
-               tuple(str(x["site"]).rsplit(":", 1)) if x.get("site") else None)
-              for x in t.get("not_declared") or [] if isinstance(x, dict)]
+               tuple(str(x["site"]).rsplit(":", 1)) if x.get("site") else None, via)
+              for x in t.get("not_declared") or [] if isinstance(x, dict) for via in _vias(x)]
     _unchecked(d, op, sites)  # type: ignore[arg-type]
     return {n: found[n] for n in op.launchers}
+
+
+def _vias(entry) -> list:
+    """The declared launchers a trace entry's launches ran inside (`via`), None for those outside any (and for a
+    trace without the field: the strict rule)."""
+    v = entry.get("via") if isinstance(entry, dict) else None
+    return [x if isinstance(x, str) else None for x in v] if isinstance(v, list) and v else [None]
 
 
 def specs(root: Path, op: decl.Op, calls: dict[str, discover.LauncherCalls], job_dir: Path, policy) -> list:

@@ -48,6 +48,7 @@ class LaunchHook:
         self.dropped = 0  # launches past MAX_GROUPS
         self.overhead_s = 0.0  # the hook's own time (stack walk, argument description), launches excluded
         self.sync = None  # where kernels compile: torch.cuda.synchronize, so a launch's time includes the kernel's
+        self.recorder: LauncherRecorder | None = None  # the declared launchers: which one a launch ran inside
         self._inside: dict[str, str | None] = {}
 
     def rel(self, filename: str) -> str | None:
@@ -109,7 +110,8 @@ class LaunchHook:
         name = getattr(fn, "__name__", type(kernel).__name__)
         kfile = code.co_filename if code is not None else "?"
         site = self.site(frame)
-        key = (kfile, name, site and site["file"], site and site["function"])
+        via = self.recorder.stack[-1] if self.recorder is not None and self.recorder.stack else None
+        key = (kfile, name, site and site["file"], site and site["function"], via)
         g = self.groups.get(key)
         if g is None:
             if len(self.groups) >= MAX_GROUPS:
@@ -117,7 +119,8 @@ class LaunchHook:
                 return
             g = self.groups[key] = {"kernel": name, "kernel_file": self.rel(kfile) or kfile, "kernel_in_checkout":
                                     self.rel(kfile) is not None, "kernel_line": code.co_firstlineno if code else 0,
-                                    "site": site, "calls": 0, "seconds": 0.0, "grids": [], "signatures": [],
+                                    "site": site, "via": via, "calls": 0, "seconds": 0.0, "grids": [],
+                                    "signatures": [],
                                     "signature_calls": [], "other_signatures": 0, "lines": []}
         g["calls"] += 1
         g["seconds"] += seconds
@@ -172,6 +175,7 @@ class LauncherRecorder:
     def __init__(self):
         self.active = False
         self.groups: dict[tuple[str, str], dict] = {}
+        self.stack: list[str] = []  # "file:launcher" of the declared launchers running now, innermost last
 
     def install(self, module_name: str, names: list[str], rel_file: str) -> list[str]:
         """Wrap each of `names` in the module; the names that are not plain functions of it (reported, not wrapped)."""
@@ -208,7 +212,11 @@ class LauncherRecorder:
             layout = tuple((k, _describe(v)) for k, v in named.items())
             check = layout not in g["signatures"] or g["signature_calls"][g["signatures"].index(layout)] < 2
             before = {k: _bytes(v).clone() for k, v in named.items() if _is_tensor(v)} if check else {}
-            out = fn(*args, **kwargs)
+            rec.stack.append(f"{rel_file}:{name}")
+            try:
+                out = fn(*args, **kwargs)
+            finally:
+                rec.stack.pop()
             g["calls"] += 1
             if layout in g["signatures"]:
                 g["signature_calls"][g["signatures"].index(layout)] += 1
@@ -281,6 +289,7 @@ def discover(payload: dict, inputs: Path) -> dict:
         import torch
         hook.sync = torch.cuda.synchronize if torch.cuda.is_available() else None
     recorder = LauncherRecorder()
+    hook.recorder = recorder
     module, _, fn = build.partition(":")
     t0 = time.perf_counter()
     try:

@@ -6,7 +6,7 @@ and write traces/<run-id>/summary.json in the checkout, schema 1 as the embedded
 
     ops {op: {file, launchers, protected, status, calls (kernel launches), total_ms, mean_ms, share (of all launch
               time), e2e_share (of the workload's wall time), kernels [{kernel, line, calls, total_ms, share}],
-              sites {file:function: {calls, total_ms, mean_ms, share, lines}},
+              sites {file:function: {calls, total_ms, mean_ms, share, lines, via [declared launcher | null]}},
               shapes [{launcher, calls, args, dtypes {p: dtype}, sizes {p: [..]}, strides {p: [..]}, scalars {p: v},
                        flops, bytes, dtype (one call's, where the op declares `work`)}],
               launcher_calls [{file, launcher, calls, signatures [[[param, description]]], signature_calls,
@@ -174,7 +174,9 @@ def _op_entry(op: decl.Op, status: str, launches: list[discover.Launch], found: 
     sites: dict[str, dict] = {}
     for x in launches:
         key = f"{x.site.file}:{x.site.function}" if x.site is not None else "(no function of the checkout)"
-        s = sites.setdefault(key, {"calls": 0, "total_ms": 0.0, "lines": []})
+        s = sites.setdefault(key, {"calls": 0, "total_ms": 0.0, "lines": [], "via": []})
+        if x.via not in s["via"]:  # the declared launchers these launches ran inside (None: outside any)
+            s["via"].append(x.via)
         s["calls"] += x.calls
         s["total_ms"] += 1e3 * x.seconds
         s["lines"] += [n for n in (x.site.lines if x.site else []) if n not in s["lines"]]
@@ -225,7 +227,8 @@ def _plain(d: tuple) -> list:
 
 def _not_declared(launches: list[discover.Launch], total_ms: float) -> list[dict]:
     out = [{"kernel": x.kernel, "kernel_file": x.kernel_file, "in_checkout": x.in_checkout,
-            "site": f"{x.site.file}:{x.site.function}" if x.site is not None else None, "calls": x.calls,
+            "site": f"{x.site.file}:{x.site.function}" if x.site is not None else None, "via": [x.via],
+            "calls": x.calls,
             "total_ms": 1e3 * x.seconds, "share": 1e3 * x.seconds / total_ms if total_ms else 0.0}
            for x in launches]
     return sorted(out, key=lambda e: -e["total_ms"])

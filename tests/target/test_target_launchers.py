@@ -210,3 +210,32 @@ def test_run_and_bench_say_they_time_one_launcher_per_op(tmp_path):
     with pytest.raises(Exception, match="through one launcher so far") as e:
         target_bench.measure_target(root, "pair", [root / "toyl/ops/pair.py"], Policy())
     assert type(e.value).__name__ == "UserError"
+
+
+DELEGATING = OPS.replace('''    _scale_kernel[(triton.cdiv(x.numel(), 64),)](x, y, s, x.numel(), BLOCK=64)
+    return y
+''', '''    _scale_launch(x, y, s)
+    return y
+
+
+def _scale_launch(x, y, s):
+    _scale_kernel[(triton.cdiv(x.numel(), 64),)](x, y, s, x.numel(), BLOCK=64)
+''')
+
+
+def test_a_launch_inside_a_declared_launcher_is_reached(tmp_path):
+    """`scale` delegates its launch to a helper of the file: the launch happens inside the declared launcher the
+    gate calls, so it is reached (recorded `via` it) and nothing is refused; with `scale` undeclared the helper's
+    launch is outside every declared launcher and refused, naming the helper."""
+    assert DELEGATING != OPS
+    root = checkout(tmp_path / "co", BOTH)
+    (root / "toyl/ops/pair.py").write_text(textwrap.dedent(DELEGATING))
+    d = decl.load(root)
+    calls = target_gate.record(root, d, d.ops["pair"], Policy(), tmp_path / "w")
+    assert sorted(calls) == ["norm", "scale"] and calls["scale"].calls == 3
+    root = checkout(tmp_path / "co1", FIRST_ONLY)
+    (root / "toyl/ops/pair.py").write_text(textwrap.dedent(DELEGATING))
+    d = decl.load(root)
+    with pytest.raises(Exception, match="launches _scale_kernel from _scale_launch") as e:
+        target_gate.record(root, d, d.ops["pair"], Policy(), tmp_path / "w1")
+    assert type(e.value).__name__ == "UserError"
