@@ -107,12 +107,13 @@ def read_text(path: str | Path, root: str | Path, limit: int = MAX_FILE_BYTES) -
 _PARSE_LOCK = threading.Lock()
 
 
-def parse(source: str | bytes) -> ast.Module:
+def parse(source: str | bytes, filename: str = "<unknown>", mode: str = "exec"):
     """ast.parse under a lock: CPython 3.11's parser is not thread-safe ("AST constructor recursion depth mismatch"
     when two threads parse at once, as parallel verifies do), and the gate is called from worker threads. The one
-    parser: the gate's static stage (autokernel.gate.static_common re-exports it) and read_python."""
+    parser of the project: every ast.parse goes through it (the static stage, coverage, thresholds, the search, a
+    target's imports and work counts), since an unlocked parse in one thread breaks a locked one in another."""
     with _PARSE_LOCK:
-        return ast.parse(source)
+        return ast.parse(source, filename, mode)
 
 
 def read_python(path: str | Path, root: str | Path) -> str:

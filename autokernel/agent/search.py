@@ -25,6 +25,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import Generator, TypeGuard
 
+from autokernel import paths
 from autokernel.deadline import Deadline
 from autokernel.policy import Bench
 
@@ -109,7 +110,7 @@ def _bound_literal(name: str, scopes: list[ast.AST]) -> ast.Constant | None:
 def find_knobs(source: str, launch_options: bool = True) -> list[Knob]:
     """The launch meta-parameters a search may change, in source order. launch_options: num_warps / num_stages too
     (False under the Triton interpreter, which ignores them)."""
-    tree = ast.parse(source)
+    tree = paths.parse(source)
     jit, autotuned = _kernels(tree)
     lines, starts = source.splitlines(keepends=True), _offsets(source)
     enclosing: dict[ast.AST, ast.FunctionDef] = {}

@@ -32,6 +32,8 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
+from autokernel import paths
+
 RECORDER = "autokernel coverage"  # the recorder's global name: a space, so no source can name it
 REACHED, TRUE, FALSE, OPAQUE = 1, 2, 4, 8  # bits of a site's record
 PICK_FUNCS = {"min", "max", "minimum", "maximum"}
@@ -369,7 +371,7 @@ def instrument(tree: ast.Module, source: str = "", offset: int = 0, kernel: bool
 def sites(source: str | bytes) -> dict[str, Site]:
     """Every site of a candidate file, as the child's probes key them (parent side; never executes the source)."""
     text = source.decode("utf-8", "replace") if isinstance(source, bytes) else source
-    tree = ast.parse(text)
+    tree = paths.parse(text)
     return {**instrument(tree, text)[1], **autotune_sites(tree)}
 
 
@@ -381,9 +383,9 @@ def incumbents(known: dict[str, Site], source: str | bytes, incumbent: str | byt
     only what the gate can run). The verdict counts those left unreached (numeric, metric incumbent_unreached)."""
     def text(x):
         return x.decode("utf-8", "replace") if isinstance(x, bytes) else x
-    theirs = {ast.dump(n) for n in ast.walk(ast.parse(text(incumbent))) if isinstance(n, ast.stmt)}
+    theirs = {ast.dump(n) for n in ast.walk(paths.parse(text(incumbent))) if isinstance(n, ast.stmt)}
     spans = sorted(((n.lineno, n.col_offset, n.end_lineno or n.lineno, n.end_col_offset or 0), n)
-                   for n in ast.walk(ast.parse(text(source))) if isinstance(n, ast.stmt))
+                   for n in ast.walk(paths.parse(text(source))) if isinstance(n, ast.stmt))
     out = set()
     for key, site in known.items():
         line, col = (int(x) for x in key.split(":")[:2]) if key.count(":") >= 2 and \
@@ -462,7 +464,7 @@ def autotune_variants(source: bytes | str) -> int:
     numeric stage runs every case's inputs under each (coverage_probe.install_autotune's forced config): a config is
     judged at every shape, not only at the keys a hash happens to give it."""
     try:
-        tree = ast.parse(source)
+        tree = paths.parse(source)
     except (SyntaxError, ValueError):
         return 1
     counts = [len({_meta(c) for c in _config_nodes(fn)}) for fn in ast.walk(tree) if isinstance(fn, ast.FunctionDef)]

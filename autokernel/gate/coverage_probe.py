@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 
+from autokernel import paths
 from autokernel.gate.coverage import FALSE, OPAQUE, REACHED, RECORDER, TRUE, instrument
 
 
@@ -97,7 +98,7 @@ def compile_instrumented(recorder: Recorder):
     """kernel_loader.load_kernel's `compile_source`: the module's code with probes, the recorder in its globals."""
     def compile_source(source: str, filename: str, namespace: dict):
         namespace[RECORDER] = recorder
-        tree, _ = instrument(ast.parse(source, filename), source)
+        tree, _ = instrument(paths.parse(source, filename), source)
         return compile(tree, filename, "exec")
     return compile_source
 
@@ -114,7 +115,7 @@ def install_interpreter(filename: str) -> None:
         if self.filename != filename:
             return plain(self, src)
         offset = self.def_file_lineno - 1
-        tree, _ = instrument(ast.parse(src), src, offset=offset, kernel=True)
+        tree, _ = instrument(paths.parse(src), src, offset=offset, kernel=True)
         tree = self.ast_transformer.visit(tree)
         ast.fix_missing_locations(tree)
         ast.increment_lineno(tree, offset)

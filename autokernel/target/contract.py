@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 
+from autokernel import paths
 from autokernel.ops.spec import OpSpec, sample
 from autokernel.ops.tolerance import References
 from autokernel.target import declaration as decl
@@ -325,7 +326,7 @@ def imported(source: str) -> list[str]:
     candidate that imports exactly what the incumbent does."""
     import ast
     out: list[str] = []
-    for node in ast.parse(source).body:
+    for node in paths.parse(source).body:
         names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
             [node.module] if isinstance(node, ast.ImportFrom) and node.module and not node.level else []
         out += [n for n in names if n not in out and n != "__future__"]

@@ -106,7 +106,7 @@ def _reference_source(root: Path, op: decl.Op) -> str:
     module, _, name = next(iter(op.references.values()), "").partition(":")  # the first launcher's
     try:
         text = paths.read_text(decl.module_file(root, module, "reference"), root)
-        fn = next(n for n in ast.parse(text).body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+        fn = next(n for n in paths.parse(text).body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
                   and n.name == name)
     except (UserError, SyntaxError, ValueError, StopIteration):
         return ""

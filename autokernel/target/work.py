@@ -16,6 +16,7 @@ import ast
 import math
 import operator
 
+from autokernel import paths
 from autokernel.errors import UserError
 
 MAX_CHARS = 400
@@ -34,7 +35,7 @@ def parse(text, where: str) -> ast.expr:
         raise UserError(f"{where}: an arithmetic expression over the launcher's arguments, up to {MAX_CHARS} "
                         "characters (docs/targets.md)")
     try:
-        tree = ast.parse(text.strip(), mode="eval").body
+        tree = paths.parse(text.strip(), mode="eval").body
     except SyntaxError as e:
         raise UserError(f"{where}: does not parse: {e.msg} (docs/targets.md)") from None
     nodes = list(ast.walk(tree))
