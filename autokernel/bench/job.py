@@ -207,7 +207,7 @@ class _Case:
         slot = len(self.kept) if len(self.kept) < KEEP else _randbelow(self.seen)
         if slot >= KEEP:
             return
-        outs = _selected(out, self.target)
+        outs = selected_outputs(out, self.target)
         copies = [o.detach().to("cpu", copy=True) if type(o) is torch.Tensor else type(o).__name__ for o in outs]
         item: Kept = {"case": self.ci, "rep": rep, "outputs": copies}
         if slot == len(self.kept):
@@ -216,7 +216,7 @@ class _Case:
             self.kept[slot] = item
 
 
-def _selected(out, target: harness.TargetKernel | None) -> list:
+def selected_outputs(out, target: harness.TargetKernel | dict | None) -> list:
     """The call's outputs: what it returned, or for a target's launcher the declared return values, by default every
     tensor it returned (as the gate's job selects them, autokernel/gate/child.py). One the call did not return is
     left out: the parent's count check then rejects the file."""

@@ -33,16 +33,9 @@ def _copy(x, device: str | None = None):
     return x
 
 
-def _nbytes(x) -> int:
-    import torch
-    if isinstance(x, torch.Tensor):
-        return x.numel() * x.element_size()
-    return sum(map(_nbytes, x)) if isinstance(x, list) else 0
-
-
 def _plain(v) -> bool:
     import torch
-    return isinstance(v, torch.Tensor) or type(v) in PLAIN or (isinstance(v, torch.dtype))
+    return isinstance(v, (torch.Tensor, torch.dtype)) or type(v) in PLAIN
 
 
 class Capture:
@@ -80,11 +73,9 @@ class Capture:
         if not all(_plain(v) for v in before.values()):
             self.unloadable += 1
             return
-        import torch
-        outs = list(out) if isinstance(out, (tuple, list)) else [out]
-        pick = self.outputs.get(name)
-        chosen = [o for o in outs if isinstance(o, torch.Tensor)] if pick is None else \
-            [outs[i] for i in pick if i < len(outs)]
+        from autokernel.bench.job import selected_outputs
+        from autokernel.gate.e2e_child import _nbytes
+        chosen = selected_outputs(out, {"outputs": self.outputs.get(name)})  # as the gate's and bench's jobs pick
         before = {k: _copy(v, "cpu") for k, v in before.items()}
         after = [_copy(o, "cpu") for o in chosen]
         self.bytes += _nbytes(list(before.values())) + _nbytes(after)

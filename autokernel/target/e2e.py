@@ -81,7 +81,7 @@ def engine_job(payload: dict, inputs) -> dict:
         return _failed("engine", payload["root"], e)
     buf, kept = io.BytesIO(), io.BytesIO()
     torch.save(forced.detach().cpu().contiguous(), buf)
-    torch.save(cap.kept if payload.get("candidate") else [], kept)
+    torch.save(cap.kept, kept)
     return {"logits": buf.getvalue(), "tokens": tokens, "prompts": prompts, "prefixes": prefixes, "steps": steps,
             "calls": dict(cap.calls), "captured": kept.getvalue(), "unloadable": cap.unloadable}
 
@@ -160,7 +160,8 @@ def check(root: Path, d: decl.Declaration, op: decl.Op, candidate: Path, policy)
     n = len(base["prefixes"])
     metrics = {"kl_mean": float(kl.mean()), "kl_p99": float(torch.quantile(kl, 0.99)), "kl_max": float(kl.max()),
                "top1": top1, "tokens": n, "repeat_runs": runs, "baseline_repeat_runs": base_runs,
-               "calls_judged": judged, "calls": got["calls"]}
+               "calls_judged": judged, "calls": got["calls"],
+               "calls_unloadable": got["unloadable"] if type(got["unloadable"]) is int else None}
     line = (f"{judged} of the candidate's {got['calls']} calls in the engine judged against the reference; "
             f"{n} teacher-forced tokens: KL mean {metrics['kl_mean']:.2e}, p99 {metrics['kl_p99']:.2e}, "
             f"max {metrics['kl_max']:.2e} nats; top-1 {top1:.3f}; longest repeat run {max(runs)} "

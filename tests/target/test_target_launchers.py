@@ -9,26 +9,17 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from test_target_gate import ENGINE as NORM_ENGINE
+from test_target_gate import NORM
+from test_target_gate import REFERENCE as NORM_REFERENCE
 
 from autokernel.cli.verify import verify_command
 from autokernel.policy import Policy
 from autokernel.target import declaration as decl
 from autokernel.target import gate as target_gate
 
-OPS = '''
-import torch
-import triton
-import triton.language as tl
-
-
-@triton.jit
-def _norm_kernel(x_ptr, y_ptr, eps, n, BLOCK: tl.constexpr):
-    row = tl.program_id(0)
-    offs = tl.arange(0, BLOCK)
-    m = offs < n
-    x = tl.load(x_ptr + row * n + offs, mask=m, other=0.0).to(tl.float32)
-    r = 1.0 / tl.sqrt(tl.sum(x * x, axis=0) / n + eps)
-    tl.store(y_ptr + row * n + offs, (x * r).to(y_ptr.dtype.element_ty), mask=m)
+# The norm toy of tests/target/test_target_gate.py (its file, reference and engine), with a second launcher `scale`
+SCALE = '''
 
 
 @triton.jit
@@ -39,56 +30,22 @@ def _scale_kernel(x_ptr, y_ptr, s, numel, BLOCK: tl.constexpr):
     tl.store(y_ptr + offs, (x * s).to(y_ptr.dtype.element_ty), mask=m)
 
 
-def norm(x, eps):
-    x = x.contiguous()
-    y = torch.empty_like(x)
-    rows = x.numel() // x.shape[-1]
-    _norm_kernel[(rows,)](x, y, eps, x.shape[-1], BLOCK=triton.next_power_of_2(x.shape[-1]))
-    return y
-
-
 def scale(x, s):
     x = x.contiguous()
     y = torch.empty_like(x)
     _scale_kernel[(triton.cdiv(x.numel(), 64),)](x, y, s, x.numel(), BLOCK=64)
     return y
 '''
-REFERENCE = '''
-import torch
-
-
-def norm(x, eps):
-    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
-
+OPS = NORM + SCALE
+REFERENCE = NORM_REFERENCE + '''
 
 def scale(x, s):
     return x * s
 '''
-ENGINE = '''
-import torch
-
-from toyl.ops.pair import norm, scale
-
-VOCAB, DIM = 16, 32
-
-
-class Engine:
-    def __init__(self):
-        g = torch.Generator().manual_seed(0)
-        self.emb = torch.randn(VOCAB, DIM, generator=g)
-        self.out = torch.randn(DIM, VOCAB, generator=g)
-
-    def workload(self):
-        for ids in ([1, 2, 3, 4, 5, 6, 7], [3], [2, 4, 6]):
-            self.logits([ids])
-
-    def logits(self, ids):
-        return torch.stack([scale(norm(self.emb[torch.tensor(row)], 1e-5), 0.5)[-1] @ self.out for row in ids])
-
-
-def build():
-    return Engine()
-'''
+LOGITS = ("norm(self.emb[torch.tensor(row)], 1e-5)[-1]", "scale(norm(self.emb[torch.tensor(row)], 1e-5), 0.5)[-1]")
+assert "from toyt.ops.norm import norm" in NORM_ENGINE and LOGITS[0] in NORM_ENGINE
+ENGINE = NORM_ENGINE.replace("from toyt.ops.norm import norm", "from toyl.ops.pair import norm, scale") \
+    .replace(*LOGITS)
 BOTH = '''
 [engine]
 build = "toyl.engine:build"
