@@ -95,6 +95,9 @@ class Context:
     ask: Callable[[str], bool] | None = None  # asked before each commit (`autokernel run`); None: commit only if yes
     # where gate jobs run with agent.workers > 1 (agent/workers.py: RayCluster.pool on a cluster); None: local slots
     executor: futures.Executor | None = None
+    # the engine tokens/s A/B of a win (autokernel.bench.engine_ab.measure); None: not run (an injected evaluator's
+    # run: a test double's verdicts and timings, no engine to measure against them), and the PR body says so
+    engine_ab: Callable | None = None
 
 
 class Shown:
@@ -196,7 +199,7 @@ def work_on(op: str, state: RunState, ctx: Context) -> OpOutcome:
                          "candidate(s), none both passed the gate and won the benchmark",
                          tried=tried([c.feedback for c in session.candidates]))
     out = _deliver_best(op, result.best, provenance, command.rationale(session, result.best.source), evaluator,
-                        incumbent, op_dir, state, ctx)
+                        incumbent, op_dir, state, ctx, session.deadline)
     out.error = error
     return out
 
@@ -271,13 +274,15 @@ def finish_unbenched(op: str, done: dict, state: RunState, ctx: Context) -> OpOu
         return OpOutcome(op, "no_improvement", f"{len(timed)} candidate(s) that passed the gate were benchmarked "
                          "on --resume; none won")
     best, u = max(wins, key=lambda w: w[0].feedback.speedup or 0.0)
-    return _deliver_best(op, best, u["provenance"], u["rationale"], evaluator, incumbent, op_dir, state, ctx)
+    return _deliver_best(op, best, u["provenance"], u["rationale"], evaluator, incumbent, op_dir, state, ctx,
+                         Deadline.after(ctx.policy.agent.max_wall_s))  # the resumed run's own budget
 
 
 def _deliver_best(op: str, best, provenance: dict, rationale: str, evaluator, incumbent: Path, op_dir: Path,
-                  state: RunState, ctx: Context) -> OpOutcome:
-    """The best candidate (loop.Submission, accepted): confirmed by a fresh benchmark, staged, shown, committed;
-    unless the same kernels/<op>.py is already a branch's tip over this base (then nothing is done twice)."""
+                  state: RunState, ctx: Context, deadline: Deadline = Deadline.none()) -> OpOutcome:
+    """The best candidate (loop.Submission, accepted): confirmed by a fresh benchmark, measured end to end where
+    the time left (`deadline`, the session's) allows (engine_ab), staged, shown, committed; unless the same
+    kernels/<op>.py is already a branch's tip over this base (then nothing is done twice)."""
     from autokernel import git as delivery
     from autokernel.agent.evaluate import gate_record, sha256
     from autokernel.git import deliver as deliver_mod
@@ -298,7 +303,8 @@ def _deliver_best(op: str, best, provenance: dict, rationale: str, evaluator, in
     win = report.Win(op, m, gate_record(fb), provenance, rationale,
                      Path(state.trace).name if state.trace else None,
                      f"traces/autokernel/{state.run_dir.name}/{op}.json",
-                     *deliver_mod.profile_paths(op, state.trace, state.run_dir.name, ctx.layout.root, pol))
+                     *deliver_mod.profile_paths(op, state.trace, state.run_dir.name, ctx.layout.root, pol),
+                     engine_ab=engine_ab(op, best.source, incumbent, op_dir, state, ctx, deadline))
     out = OpOutcome(op, "accepted", line(fb.summary), s.est, [s.lo, s.hi], candidate=fb.path)
     (op_dir / "measurement.json").write_text(json.dumps(m.to_dict(), indent=1, default=str))
     incumbent_text = paths.read_text(incumbent, ctx.layout.root)
@@ -318,6 +324,27 @@ def _deliver_best(op: str, best, provenance: dict, rationale: str, evaluator, in
         out.status = "declined"
         return out
     return deliver(out, state, ctx.layout, branch)
+
+
+def engine_ab(op: str, source: str, incumbent: Path, op_dir: Path, state: RunState, ctx: Context,
+              deadline: Deadline):
+    """The engine's tokens/s with the incumbent and with the win (autokernel.bench.engine_ab: both arms in fresh
+    sandboxed processes, interleaved), or NotMeasured with the reason: no time left, a job failed, none in this
+    run. It never costs the win: whatever goes wrong becomes the reason the PR body prints."""
+    from autokernel.bench import engine_ab as ab
+    from autokernel.git import report
+    if ctx.engine_ab is None:
+        return ab.NotMeasured("this run's evaluator is not the sandbox's (an injected one): no engine was run")
+    from autokernel.profile import trace as trace_mod
+    try:
+        t = trace_mod.load_trace(state.trace) if state.trace else None
+        with ctx.console.status(f"[cyan]{op}[/]: the engine's tokens/s with and without the kernel (A/B) …"):
+            out = ctx.engine_ab(op, incumbent, source.encode(), ctx.policy, op_dir / "engine-ab",
+                                kernels_dir=ctx.layout.kernels, deadline=deadline, trace=t)
+    except Exception as e:  # noqa: BLE001 -- an informational figure: the verified win is delivered regardless
+        out = ab.NotMeasured(f"the A/B failed: {type(e).__name__}: {line(e, 200)}")
+    ctx.console.print(f"  [cyan]{op}[/] {markup(report.tokens_line(out), 600)}", soft_wrap=True)
+    return out
 
 
 def deliver(out: OpOutcome, state: RunState, layout: paths.Layout, branch: str) -> OpOutcome:
@@ -415,8 +442,10 @@ def context(*, agent, model, base_url, repo, policy_file, console, yes=False, as
         sandbox.preflight(pol.sandbox, untrusted_author=nightly or settings.provider != "search")
     remote = cluster_mod.connect(cluster, pol)  # None: this machine's slots
     model = llm or make_model(settings, seed=0, bench=pol.bench)
+    from autokernel.bench import engine_ab
     return Context(layout, pol, settings, model, make_evaluator or functools.partial(sandbox_evaluator,
-                   executor=remote), console, yes, ask, remote and remote.pool)
+                   executor=remote), console, yes, ask, remote and remote.pool,
+                   engine_ab.measure if make_evaluator is None else None)
 
 
 @dataclass

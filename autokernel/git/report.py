@@ -41,6 +41,7 @@ class Win:
     share: float | None = None  # of profiled end-to-end time (profile/rank.py e2e_share); None: unknown
     profile_path: str = ""  # where the profile summary is committed (its shapes and calls), "" when it is not
     trace_dir: str = ""  # the trace directory (repository-relative) when its summary is too big to commit
+    engine_ab: Any = None  # autokernel.bench.engine_ab: EngineAB (EngineMeasured), or NotMeasured (.why); None: none
 
 
 def impact(w: Win) -> str:
@@ -55,15 +56,39 @@ def impact(w: Win) -> str:
             "(Amdahl)")
 
 
-def tokens_line(m) -> str:
-    """The end-to-end tokens/s A/B of the engine with and without the kernel (issue 23): autokernel does not run one,
-    and the body says so rather than leave a reviewer to assume it. Under the CPU interpreter the engine's tokens/s
-    measures the interpreter (the default workload profiled at 0.3 decode tokens/s; one pass, minutes), not the
-    kernel; where kernels compile an interleaved engine A/B is still to be built."""
-    why = ("where kernels compile autokernel does not run an engine A/B yet" if m.label.startswith("CUDA") else
-           "under the CPU Triton interpreter the engine's tokens/s measures the interpreter, not this kernel")
-    return (f"End-to-end tokens/s (the engine with vs without this kernel): **not measured**: {why}. The bound "
-            "above (Amdahl on the op's share of profiled time) is what is known end to end.")
+class EngineMeasured(Protocol):
+    """What a report reads of autokernel.bench.engine_ab.EngineAB (declared here: git/ imports no stage package)."""
+    label: str
+    rounds: int
+    prompt_tokens: int
+    decode_steps: int
+    tokens_per_s: list  # Intervals (.est, .lo, .hi): decode tokens/s, the incumbent's then the candidate's
+    speedup: Any  # Interval: candidate tokens/s / incumbent's, paired by round
+    prefill_speedup: Any
+    same_tokens: bool
+    confidence: float
+
+
+def tokens_line(ab) -> str:
+    """The end-to-end tokens/s A/B of the engine with and without the kernel (autokernel/bench/engine_ab.py: an
+    EngineAB, or NotMeasured with its reason, which is printed as is). Under the CPU interpreter the figures are the
+    interpreter's, with every other op on its torch reference, and the line says so next to them."""
+    head = "End-to-end tokens/s (the engine with vs without this kernel"
+    if ab is None or not hasattr(ab, "speedup"):
+        why = getattr(ab, "why", None) or "this run did not measure it"
+        return (f"{head}): **not measured**: {line(why, 300)}. The bound above (Amdahl on the op's share of profiled "
+                "time) is what is known end to end.")
+    inc, cand = ab.tokens_per_s
+    s, p = ab.speedup, ab.prefill_speedup
+    what = (f"{ab.label}, synchronized wall time" if ab.label.startswith("CUDA") else
+            "Triton-interpreter CPU time, every other op on its torch reference: the interpreter's tokens/s, not GPU "
+            "speed")
+    return (f"{head}; {what}): decode **{inc.est:.3g} -> {cand.est:.3g} tokens/s**, x{s.est:.3f} [{s.lo:.3f}, "
+            f"{s.hi:.3f}] at {100 * ab.confidence:.0f} % confidence, paired over {ab.rounds} interleaved rounds "
+            f"(A B, B A, ...; each arm a fresh sandboxed process); prefill of {ab.prompt_tokens} tokens x{p.est:.3f} "
+            f"[{p.lo:.3f}, {p.hi:.3f}]. Workload: the first e2e prompt's first {ab.prompt_tokens} tokens, "
+            f"{ab.decode_steps} greedy decode steps"
+            + ("" if ab.same_tokens else "; the two engines generated different tokens") + ".")
 
 
 def _label(m) -> str:
@@ -150,7 +175,7 @@ def body(w: Win, base: str) -> str:
     nothing GitHub acts on, so the model's words, wherever they sit, cannot either."""
     m, g, op = w.measurement, w.gate, w.op
     stages = ", ".join(f"{s['name']} ({s.get('elapsed_s', 0):.1f} s)" for s in g.get("stages", []))
-    out = [f"**{impact(w)}**", "", tokens_line(m), ""] + perf_table(m, op)
+    out = [f"**{impact(w)}**", "", tokens_line(w.engine_ab), ""] + perf_table(m, op)
     reach = reach_line(g)
     out += ["", "End to end (teacher-forced KL vs the unmodified engine, then a greedy run):",
             kl_line(g), *([reach] if reach else []), "",
@@ -223,5 +248,20 @@ def evidence(w: Win, base: str) -> str:
                                 for s in w.gate.get("stages", [])]},
             "device": _small(m.fingerprint), "provenance": _small(w.provenance),
             "trace": line(w.trace_id) if w.trace_id else None, "profile": w.profile_path or None,
-            "share_of_profiled_time": None if w.share is None else _small(w.share)}
+            "share_of_profiled_time": None if w.share is None else _small(w.share),
+            "engine_ab": _engine_ab(w.engine_ab)}
     return json.dumps(data, indent=1, sort_keys=False) + "\n"
+
+
+def _engine_ab(ab) -> dict | None:
+    """The engine A/B in the evidence file: its figures as [est, lo, hi], or why it was not measured."""
+    if ab is None:
+        return None
+    if not hasattr(ab, "speedup"):
+        return {"not_measured": line(getattr(ab, "why", ""), 300)}
+
+    def iv(x):
+        return [_small(x.est), _small(x.lo), _small(x.hi)]
+    return {"timings": line(ab.label), "rounds": ab.rounds, "prompt_tokens": ab.prompt_tokens,
+            "decode_steps": ab.decode_steps, "decode_tokens_per_s": [iv(x) for x in ab.tokens_per_s],
+            "speedup": iv(ab.speedup), "prefill_speedup": iv(ab.prefill_speedup), "same_tokens": ab.same_tokens}
