@@ -261,8 +261,11 @@ def _parse(path: Path, text: str) -> dict:
     """The file's sections, validated (a bad file raises UserError naming the field, the line and what is allowed)."""
     try:
         data = yaml.safe_load(text) or {}
-    except yaml.YAMLError as e:
-        raise UserError(f"{path}: not valid YAML: {str(e).splitlines()[0]}") from None
+    except yaml.YAMLError as e:  # PyYAML's own line and column (0-based in its marks), as an editor jumps to them
+        mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
+        what = "; ".join(x for x in (getattr(e, "context", None), getattr(e, "problem", None)) if x)
+        raise UserError(f"{where}: not valid YAML: {what or str(e).splitlines()[0]}") from None
     if not isinstance(data, dict):
         raise UserError(f"{path}: the top level must be a mapping of sections ({', '.join(Policy.model_fields)})")
     try:

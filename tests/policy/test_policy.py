@@ -26,7 +26,8 @@ def test_defaults_declared_once_with_docs():
     ("agent:\n  provider: gpt\n", ":2: field 'agent.provider'"),
     ("sandbox:\n  isolaton: required\n", ":2: field 'sandbox.isolaton'"),
     ("- just\n- a list\n", "top level must be a mapping"),
-    ("bench: [unclosed\n", "not valid YAML"),
+    ("bench: [unclosed\n", "policies.yaml:2:1: not valid YAML: while parsing a flow sequence; expected ',' or ']'"),
+    ("agent:\n  max_iterations: 3\n   bad: [\n", "policies.yaml:3:7: not valid YAML: mapping values are not allowed"),
 ])
 def test_bad_policy_names_field_and_line(tmp_path, text, where):
     f = tmp_path / "policies.yaml"
