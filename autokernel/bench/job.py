@@ -187,6 +187,7 @@ class _Case:
     def __init__(self, spec, case: dict, seed: int, ci: int, device: str, sets: list[dict] | None = None,
                  target: harness.TargetKernel | None = None):
         self.ci, self.seed, self.target = ci, seed, target
+        self.fn = None  # the launcher this shape is called through, bound once the file is imported
         self.sets = pool(spec, case, seed, ci) if sets is None else sets  # a target's: the parent's files
         self.buf = {k: v.to(device, copy=True) if isinstance(v, torch.Tensor) else v for k, v in self.sets[0].items()}
         self.clocks: dict[str, list[float]] = {}  # clock name -> one reading per timed call
@@ -229,10 +230,10 @@ def selected_outputs(out, target: harness.TargetKernel | dict | None) -> list:
     return [outs[i] for i in pick if i < len(outs)]
 
 
-def _call(fn, timer, case: _Case, rep: int, where: str):
+def _call(timer, case: _Case, rep: int, where: str):
     kw = case.args(rep)
     try:
-        return timer(fn, kw)
+        return timer(case.fn, kw)
     except BaseException as e:  # noqa: BLE001 -- SystemExit from a kernel file rejects it, nothing more
         raise Reject("bench.error", f"{harness.describe(e)} ({where})") from None
 
@@ -260,12 +261,14 @@ def time_file(payload: BenchPayload, inputs: Path) -> BenchReport:
     tamper_check = _TamperCheck(op, spec, target)
     try:
         try:  # the one loader (harness, autokernel.kernel_loader): as the gate and the engine load the file
-            fn = harness.launcher(harness.import_candidate(op, file, module=module), name)
+            module_ = harness.import_candidate(op, file, module=module)
+            for c in cases:  # a target op with several launchers: each shape through its own (_target)
+                c.fn = harness.launcher(module_, c.target["launcher"] if c.target else name)
         except Reject as r:
             raise Reject("bench.error", f"import failed: {r.detail}") from None
         tamper_check("at import")
-        _warm(fn, timer, cases, tamper_check, device)
-        _timed(fn, timer, cases, reps, tamper_check)
+        _warm(timer, cases, tamper_check, device)
+        _timed(timer, cases, reps, tamper_check)
         tamper_check("at the end")
     except Reject as r:
         out["failure"] = r.record()
@@ -277,38 +280,41 @@ def _target(payload: BenchPayload, target: harness.TargetKernel, inputs: Path, d
     """(spec, cases, file, module, launcher) for a target checkout's file, made ready as the gate's job makes it
     (autokernel/gate/child.py): the interpreter layer installed, the incumbent's imports imported, the file executed
     under the checkout's module name (the checkout is on the job's path). The input sets come from the parent's
-    files (the op's generator is built from the workload's records, in the parent)."""
+    files (the op's generator is built from the workload's records, in the parent). A case that names its launcher
+    (and that launcher's outputs: a target op with several launchers, autokernel/bench/rounds.py) is called
+    through it; else through target["launcher"]."""
     from autokernel import interp
     interp.install()  # third-party Triton under the CPU interpreter, before the checkout's modules bind names
     harness.preload(target.get("preload") or ())
     seed = int(payload["seed"])
-    cases = [_Case(None, c, seed, ci, device, torch.load(inputs / POOL_FILE.format(ci), weights_only=True), target)
+    cases = [_Case(None, c, seed, ci, device, torch.load(inputs / POOL_FILE.format(ci), weights_only=True),
+                   {**target, "launcher": c["launcher"], "outputs": c.get("outputs")} if "launcher" in c else target)
              for ci, c in enumerate(payload["cases"])]
     leaf = target["module"].rpartition(".")[2]
     return None, cases, inputs / f"{leaf}.py", target["module"], target["launcher"]
 
 
-def _warm(fn, timer, cases: list[_Case], tamper_check: _TamperCheck, device: str) -> None:
+def _warm(timer, cases: list[_Case], tamper_check: _TamperCheck, device: str) -> None:
     """Compile, fill caches, autotune: each shape at least once, every call guarded, nothing kept."""
     until = _monotonic() + WARMUP_S[device]
     rep = -1
     while True:
         for c in cases:
-            _call(fn, timer, c, rep, f"shape {c.ci}, warm-up")
+            _call(timer, c, rep, f"shape {c.ci}, warm-up")
             tamper_check(f"shape {c.ci}, warm-up")
         if _monotonic() >= until:
             return
         rep -= 1
 
 
-def _timed(fn, timer, cases: list[_Case], reps: int, tamper_check: _TamperCheck) -> None:
+def _timed(timer, cases: list[_Case], reps: int, tamper_check: _TamperCheck) -> None:
     """reps x every shape; the shapes' order rotates each repetition so none always follows another."""
     n = 0
     for rep in range(reps):
         k = rep % len(cases)
         for c in cases[k:] + cases[:k]:
             where = f"shape {c.ci}, repetition {rep}"
-            res, ms = _call(fn, timer, c, rep, where)
+            res, ms = _call(timer, c, rep, where)
             c.keep(rep, res)  # copied now, before anything else can run
             for clock, v in ms.items():
                 c.clocks.setdefault(clock, []).append(float(v))

@@ -13,6 +13,15 @@ per CPU second than the incumbent's did (median over rounds, `bench.max_wait_rat
 CPU time stood still, which is how work done outside the process would look however it was arranged; it is
 flagged implausible, never accepted. Load on the machine stretches both files' wall time alike; the incumbent's
 ratio counts as at least 1 (a multi-threaded incumbent's is under 1, and is no measure of waiting).
+
+A target op with several launchers (autokernel/target/bench.py: each case's shape names its launcher) is decided on
+every launcher's calls at once, since a candidate replaces the whole file. Per launcher, the weighted geometric mean
+over its shapes, as for a one-launcher op (LauncherResult); across launchers, the ratio of the workload's time in the
+op's file, incumbent over candidate: 1 / sum_L(share_L / speedup_L), share_L the launcher's part of the incumbent's
+traced time (its shapes' calls x median times). That is the harmonic mean, never above the geometric one: a 4x win on
+a launcher holding half the time and a 2x loss on the other is 0.89x here (the workload's time grows), where a
+geometric mean over all shapes would call it 1.41x. Its interval is the same function of the launchers' intervals
+(increasing in each), so it holds whenever theirs do.
 """
 from __future__ import annotations
 
@@ -46,6 +55,15 @@ class ShapeResult:
 
 
 @dataclass
+class LauncherResult:
+    """One launcher of a several-launcher target op, for one file: its part of the workload's time in the op."""
+    launcher: str
+    share: float  # of the incumbent's traced time in the op (calls x median ms over its shapes, summed)
+    workload_ms: float  # this file's time for the launcher's calls in the workload: sum of calls x median ms
+    speedup: Interval | None  # weighted geometric mean over the launcher's shapes; None for the incumbent
+
+
+@dataclass
 class FileResult:
     path: str
     role: str  # "incumbent" | "candidate"
@@ -55,6 +73,8 @@ class FileResult:
     speedup: Interval | None = None  # weighted geometric mean over shapes
     accepted: bool = False
     reason: str | None = None  # why not accepted: bench.no_win | bench.implausible | the status
+    # a target op with several launchers: per launcher, in declaration order (empty for one launcher)
+    launchers: list[LauncherResult] = field(default_factory=list)
 
 
 @dataclass
@@ -96,7 +116,7 @@ def decide(op: str, raw: dict, calls: list[int], bench: Bench, peak: roofline.Pe
         if fr.status != "ok":
             fr.reason = fr.status
             continue
-        pairs, weights = [], []
+        pairs, weights, groups = [], [], []
         for case, n_calls in zip(raw["cases"], calls):
             if not case["times_ms"][0]:  # every candidate of the job failed before this shape was timed
                 continue
@@ -120,12 +140,16 @@ def decide(op: str, raw: dict, calls: list[int], bench: Bench, peak: roofline.Pe
                                          [float(t) for t in mine]))
             pairs.append((inc, mine))
             weights.append(n_calls * float(np.median(inc)))  # the shape's share of the incumbent's traced time
+            groups.append(shape.get("launcher"))
+        several = len(set(groups)) > 1
+        if several:
+            fr.launchers = _per_launcher(pairs, weights, groups, [s.calls for s in fr.shapes], i, bench.confidence)
         if i == 0:
             continue
         if not pairs:
             fr.reason = "bench.no_win"
             continue
-        fr.speedup = weighted_speedup(pairs, weights, bench.confidence)
+        fr.speedup = _time_ratio(fr.launchers) if several else weighted_speedup(pairs, weights, bench.confidence)
         implausible = [s for s in fr.shapes if s.implausible]
         fr.accepted = not implausible and fr.speedup.lo > bench.min_speedup
         fr.reason = None if fr.accepted else "bench.implausible" if implausible else "bench.no_win"
@@ -134,7 +158,34 @@ def decide(op: str, raw: dict, calls: list[int], bench: Bench, peak: roofline.Pe
         elif not fr.accepted:
             fr.detail = (f"the weighted speedup's lower {bench.confidence:.0%} bound {fr.speedup.lo:.3f} is not above "
                          f"{bench.min_speedup:g}")
+            if several:
+                fr.detail += " (over every launcher's calls: " + ", ".join(
+                    f"{r.launcher} {r.speedup.est:.3f}x on {r.share:.0%} of the time" for r in fr.launchers
+                    if r.speedup) + ")"
     return out
+
+
+def _per_launcher(pairs: list, weights: list[float], groups: list, calls: list[int], i: int,
+                  confidence: float) -> list[LauncherResult]:
+    """File i's figures per launcher (module docstring), the launchers in the order their shapes come."""
+    total = sum(weights)
+    out = []
+    for name in dict.fromkeys(groups):
+        mine = [k for k, g in enumerate(groups) if g == name]
+        out.append(LauncherResult(
+            str(name), sum(weights[k] for k in mine) / total,
+            sum(calls[k] * float(np.median(pairs[k][1])) for k in mine),
+            weighted_speedup([pairs[k] for k in mine], [weights[k] for k in mine], confidence) if i else None))
+    return out
+
+
+def _time_ratio(launchers: list[LauncherResult]) -> Interval:
+    """Incumbent time / candidate time over the workload's calls of every launcher: 1 / sum(share / speedup), at the
+    estimate and at each end of the launchers' intervals."""
+    def ratio(pick) -> float:
+        return 1.0 / sum(r.share / pick(r.speedup) for r in launchers)
+    assert all(r.speedup is not None for r in launchers)
+    return Interval(ratio(lambda x: x.est), ratio(lambda x: x.lo), ratio(lambda x: x.hi))
 
 
 def _clock_checks(case: dict, i: int, bench: Bench, device: str, med_ms: float) -> list[str]:

@@ -95,14 +95,20 @@ class Round:
         self._pools: dict[int, list[dict]] = {}
         self._refs: dict[tuple[int, int], list] = {}
 
+    def spec_of(self, ci: int):
+        """Case ci's OpSpec: a target op with several launchers has one per launcher (spec.extra["launchers"], by
+        name; autokernel/target/bench.py), each case's shape naming its launcher; else the op's."""
+        by = self.spec.extra.get("launchers")
+        return by[self.cases[ci]["shape"]["launcher"]] if by else self.spec
+
     def pool(self, ci: int) -> list[dict]:
         if ci not in self._pools:
-            self._pools[ci] = job.pool(self.spec, self.cases[ci], self.seed, ci)
+            self._pools[ci] = job.pool(self.spec_of(ci), self.cases[ci], self.seed, ci)
         return self._pools[ci]
 
     def reference(self, ci: int, rep: int) -> References:
         if (ci, rep) not in self._refs:
-            self._refs[(ci, rep)] = references(self.spec, job.values(self.pool(ci), self.seed, ci, rep))
+            self._refs[(ci, rep)] = references(self.spec_of(ci), job.values(self.pool(ci), self.seed, ci, rep))
         return self._refs[(ci, rep)]
 
     def target_inputs(self) -> dict[str, list[dict]]:
@@ -111,10 +117,10 @@ class Round:
 
     def prepare(self, datas: list) -> None:
         """A target's reference runs in a sandboxed job of its own (autokernel/target/contract.py, ReferenceTable):
-        one job per round, on the value sets of every output the round's jobs kept, before any is judged. What a job
-        sent is read only for (case, repetition) pairs in range, at most job.KEEP per case; check() judges the rest."""
-        prepare = self.spec.extra.get("prepare")
-        if prepare is None:
+        one job per round, on the value sets of every output the round's jobs kept, before any is judged (with
+        several launchers, one per launcher, each on its own cases' sets). What a job sent is read only for (case,
+        repetition) pairs in range, at most job.KEEP per case; check() judges the rest."""
+        if self.spec.extra.get("prepare") is None:
             return
         want: set[tuple[int, int]] = set()
         for data in datas:
@@ -125,8 +131,13 @@ class Round:
                     rep = item.get("rep") if isinstance(item, dict) else None
                     if type(rep) is int and 0 <= rep < self.reps:
                         want.add((ci, rep))
-        if want:
-            prepare([job.values(self.pool(ci), self.seed, ci, rep) for ci, rep in sorted(want)])
+        by: dict[int, tuple] = {}  # id(spec) -> (its prepare, its value sets)
+        for ci, rep in sorted(want):
+            spec = self.spec_of(ci)
+            sets = by.setdefault(id(spec), (spec.extra["prepare"], []))[1]
+            sets.append(job.values(self.pool(ci), self.seed, ci, rep))
+        for prepare, sets in by.values():
+            prepare(sets)
 
 
 def _series(case, key: str, n: int) -> list[float] | None:
@@ -189,6 +200,10 @@ def _job(op: str, f: Timed, rnd: Round, r: int, k: int, policy: Policy, root: Pa
     """The sandboxed job of file f in round r, k-th in the round's order; not started yet."""
     payload: harness.BenchPayload = {"op": op, "cases": [{"shape": c["shape"], "dtype": c["dtype"]} for c in rnd.cases],
                                      "seed": rnd.seed, "reps": rnd.reps}
+    if rnd.spec.extra.get("launchers"):  # a target op with several launchers: each case is called through its own
+        for ci, c in enumerate(payload["cases"]):
+            mine = rnd.spec_of(ci).extra["target"]
+            c.update(launcher=mine["launcher"], outputs=mine["outputs"])
     name = f"round{r:02d}-{k}-{f.role}{'' if f.role == 'incumbent' else f.path.stem}-{secrets.token_hex(2)}"
     job_dir = root / name
     env = {**toolchain.cuda_env(), **JOB_ENV["cuda"]} if rnd.clock == CLOCK["cuda"] else JOB_ENV["cpu"]

@@ -9,6 +9,11 @@ What differs from autokernel's own ops is where the op's description comes from,
   `autokernel profile --repo` and read as `verify --repo --trace` reads them, gate.from_trace; else the workload
   runs once in the sandbox, recorded), each at the token size M it was called at, weighted by its call count: what
   production sends, nothing the gate's sweep adds.
+- Several launchers: a candidate replaces the whole file, so the cases are every declared launcher's calls, each
+  case's shape naming its launcher (each job calls it through that launcher, keeps that launcher's outputs, and the
+  parent judges them against that launcher's reference). The figure that decides a win is the workload's time in
+  the file, incumbent over candidate, over every launcher's calls (autokernel/bench/results.py, decide): a win on
+  one launcher cannot hide a loss on another; each launcher's own figure is reported beside it.
 - Files: the incumbent is the checkout's file; a candidate is a replacement for it. Each job imports the file under
   the checkout's module name with the checkout on its path, the interpreter layer installed and the incumbent's
   imports imported first, and keeps the declared outputs (autokernel/bench/job.py, as the gate's job does).
@@ -22,6 +27,7 @@ the checkout: run directories go to the user's cache.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -80,16 +86,39 @@ def _candidates(candidates: list[Path], op: decl.Op) -> None:
             raise UserError(f"{c}: a candidate is a Python file replacing {op.file}")
 
 
-def _refused(candidates: list[Path], launcher: str, incumbent: Path, policy) -> list[tuple[Path, object]]:
+def _refused(candidates: list[Path], launchers: list[str], incumbent: Path, policy) -> list[tuple[Path, object]]:
     """The gate's static stage relative to the incumbent (what the incumbent does on the same node is excused), on
-    every candidate before anything runs: what it refuses is never timed."""
+    every candidate for each declared launcher (as the gate runs it), before anything runs: what it refuses is never
+    timed."""
     from autokernel.gate import static
     out = []
     for c in candidates:
-        res = static.check_source(c.read_bytes(), launcher, incumbent, policy=policy, relative=True)
-        if not res.passed:
-            out.append((c, res))
+        for launcher in launchers:
+            res = static.check_source(c.read_bytes(), launcher, incumbent, policy=policy, relative=True)
+            if not res.passed:
+                if len(launchers) > 1:
+                    res.detail = f"{launcher}: {res.detail}"
+                out.append((c, res))
+                break
     return out
+
+
+def launcher_cases(specs: list, calls: dict[str, discover.LauncherCalls]) -> tuple[object, list[dict]]:
+    """(spec, cases) for the rounds: one launcher's, as `cases` makes them; with several, every launcher's cases in
+    declaration order, each shape naming its launcher ({"M", "layout", "launcher"}), and one OpSpec over them whose
+    extra["launchers"] maps each name to its own spec (autokernel/bench/rounds.py, Round.spec_of)."""
+    if len(specs) == 1:
+        return specs[0], cases(specs[0], calls[specs[0].extra["target"]["launcher"]])
+    by = {sp.extra["target"]["launcher"]: sp for sp in specs}
+    out = [{**c, "shape": {**c["shape"], "launcher": name}} for name, sp in by.items() for c in cases(sp, calls[name])]
+
+    def mine(shape: dict):
+        return by[shape["launcher"]]
+    combined = dataclasses.replace(
+        specs[0], make_inputs=lambda shape, *a, **k: mine(shape).make_inputs(shape, *a, **k),
+        bytes_moved=lambda shape, dtype: mine(shape).bytes_moved(shape, dtype),
+        flops=lambda shape: mine(shape).flops(shape), extra={**specs[0].extra, "launchers": by})
+    return combined, out
 
 
 def measure_target(root: Path, name: str, candidates: list[Path], policy, *, trace: Path | None = None,
@@ -103,18 +132,14 @@ def measure_target(root: Path, name: str, candidates: list[Path], policy, *, tra
     candidates = [Path(c) for c in candidates]
     _candidates(candidates, op)
     own = decl.checkout_file(root, root / op.file, f"[ops.{name}] file")
-    if len(op.launchers) > 1:  # the rounds time one launcher's calls: a win on one could hide a loss on another
-        raise UserError(f"{d.path}: [ops.{name}] has {len(op.launchers)} launchers; the bench times an op through one "
-                        "launcher so far (`autokernel verify --repo` judges every launcher)")
-    refused = _refused(candidates, op.launchers[0], own, policy)
+    refused = _refused(candidates, op.launchers, own, policy)
     if refused:
         return None, refused
     base = Path(run_dir) if run_dir else paths.user_cache() / "bench" / paths.run_name(name)
     calls = gate.from_trace(root, d, op, trace) if trace else gate.record(root, d, op, policy, base / "workload")
     try:
-        spec = gate.specs(root, op, calls, base, policy)[0]
-        m = measure_rounds(name, candidates, cases(spec, calls[op.launchers[0]]), policy, base / "jobs",
-                           Path(incumbent or own), spec)
+        spec, cases_ = launcher_cases(gate.specs(root, op, calls, base, policy), calls)
+        m = measure_rounds(name, candidates, cases_, policy, base / "jobs", Path(incumbent or own), spec)
     except contract.ReferenceError as e:
         raise UserError(f"{d.path}: [ops.{name}] {e}") from None
     return m, None
@@ -151,4 +176,26 @@ def bench_target(root: Path, name: str, candidates: list[Path], trace: Path | No
         if not console.is_terminal:  # logs and pipes: rich would wrap the table at 80 columns
             console = Console(width=160)
         render(m, console, incumbent=label, flops=False)  # a target declares no FLOP counts
+        print_launchers(m, console, label)
     return 0 if m.accepted else 1
+
+
+def print_launchers(m, console, incumbent: str) -> None:
+    """A several-launcher op's figures per launcher, per file (nothing for one launcher): each launcher's share of
+    the incumbent's time in the op, each file's time for the workload's calls of it, and its speedup there."""
+    from autokernel.untrusted import line
+    inc = m.files[0].launchers if m.files else []
+    if not inc:
+        return
+    console.print(f"  per launcher ({m.label}; the workload's calls of each, weighted by their call counts): "
+                  + ", ".join(f"{r.launcher} {r.share:.0%} of the incumbent's time" for r in inc), highlight=False,
+                  markup=False)
+    for f in m.files:
+        if f.status != "ok" or not f.launchers:
+            continue
+        name = incumbent if f.role == "incumbent" else line(Path(f.path).name, 120)
+        console.print(f"    {name}: " + "; ".join(
+            f"{r.launcher} {r.workload_ms:.4g} ms" + (f", {r.speedup}x" if r.speedup else "") for r in f.launchers)
+            + ("" if f.role == "incumbent" or f.speedup is None else
+               f"; over every launcher's calls {f.speedup}x (1 / sum of share / speedup: the workload's time)"),
+            highlight=False, markup=False)

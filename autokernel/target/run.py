@@ -161,13 +161,25 @@ def message(op: decl.Op, m, fb: Feedback, base: str, share: float | None) -> str
     share_txt = "unknown share of launch time" if share is None else f"{100 * share:.1f}% of profiled launch time"
     lines = [f"autokernel: {s.est:.2f}x faster {op.name} ({op.file}; {share_txt})", "",
              f"Candidate {fb.sha256[:12]} for `{', '.join(op.launchers)}` in `{op.file}`, over {base[:12]}.", "",
-             *report.perf_table(m, op.name), "",
+             *report.perf_table(m, op.name), *_per_launcher(m), "",
              f"End to end ({line(e2e.get('detail') or 'not run', 300)}): KL mean {mt.get('kl_mean', 0):.3g} / max "
              f"{mt.get('kl_max', 0):.3g} nats, top-1 {mt.get('top1', 0):.3f}.",
              "", "Gate: " + "; ".join(f"{st['name']} {'pass' if st['passed'] else 'FAIL'}" for st in fb.stages)
              + f" (seed {fb.seed}, {fb.isolation or 'isolation unknown'}).",
              "", f"Reproduce: autokernel verify --repo . {op.name} {op.file} --seed {fb.seed}"]
     return "\n".join(lines) + "\n"
+
+
+def _per_launcher(m) -> list[str]:
+    """A several-launcher op's figures per launcher (the bench's, autokernel/bench/results.py): the speedup that
+    decided is over every launcher's calls, the workload's time in the file; [] for one launcher."""
+    cand = m.files[-1]
+    if not cand.launchers:
+        return []
+    return ["", "Per launcher (its share of the incumbent's time in the op; speedup [CI]): " + "; ".join(
+        f"`{r.launcher}` {100 * r.share:.1f}%, {r.speedup.est:.3f}x [{r.speedup.lo:.3f}, {r.speedup.hi:.3f}]"
+        for r in cand.launchers if r.speedup) + ". The speedup that decided is the workload's time in the file "
+        "over every launcher's calls, incumbent / candidate (1 / sum of share / speedup)."]
 
 
 def work_on(root: Path, name: str, ctx, run_dir: Path, trace_path: Path, t: dict, share: float | None
@@ -218,11 +230,7 @@ def pipeline(ctx, root: Path, op: str | None) -> list[TargetOutcome]:
     from autokernel.target import gate, profile_target, rank_target
     d = decl.load(root)
     if op is not None:
-        _, declared = gate.declared_op(root, op)
-        if len(declared.launchers) > 1:
-            raise UserError(f"{d.path}: [ops.{op}] has {len(declared.launchers)} launchers; the bench times an op "
-                            f"through one launcher so far, so `run` cannot judge a win on it (`autokernel verify "
-                            f"--repo {root} {op} FILE` judges every launcher)")
+        gate.declared_op(root, op)  # bad input before the workload runs
     run_dir = paths.user_cache() / "run" / paths.run_name()
     run_dir.mkdir(parents=True)
     with ctx.console.status("profiling the target's workload in the sandbox …"):
@@ -232,10 +240,7 @@ def pipeline(ctx, root: Path, op: str | None) -> list[TargetOutcome]:
     rank_target.print_rank(t, ranked)
     shares = {r["op"]: r.get("share") for r in ranked}
     ready = [r["op"] for r in ranked if r.get("status") == "target" and not d.ops[r["op"]].incomplete]
-    for n in [n for n in ready if len(d.ops[n].launchers) > 1]:
-        ctx.console.print(f"skipping {n}: {len(d.ops[n].launchers)} launchers, and the bench times one launcher per "
-                          f"op so far (`autokernel verify --repo . {n} FILE` judges every launcher)")
-    names = [op] if op else [n for n in ready if len(d.ops[n].launchers) == 1][: ctx.policy.agent.top_k_ops]
+    names = [op] if op else ready[: ctx.policy.agent.top_k_ops]
     ctx.console.print(f"run state: {run_dir}")
     return [work_on(root, n, ctx, run_dir, trace_dir / "summary.json", t, shares.get(n)) for n in names]
 

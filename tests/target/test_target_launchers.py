@@ -154,21 +154,6 @@ def test_per_launcher_outputs_and_todo(tmp_path):
         target_gate.declared_op(root, "pair")
 
 
-def test_run_and_bench_say_they_time_one_launcher_per_op(tmp_path):
-    """The bench times an op through one launcher: `bench --repo` and `run --repo` on a several-launcher op stop
-    with exit-2 material naming `verify --repo`, which judges every launcher (a win on one launcher could hide a
-    loss on the other)."""
-    from autokernel.target import bench as target_bench
-    from autokernel.target import run as target_run
-    root = checkout(tmp_path / "co", BOTH)
-    with pytest.raises(Exception, match="through one launcher so far") as e:
-        target_run.pipeline(None, root, "pair")
-    assert type(e.value).__name__ == "UserError" and "verify --repo" in str(e.value)
-    with pytest.raises(Exception, match="through one launcher so far") as e:
-        target_bench.measure_target(root, "pair", [root / "toyl/ops/pair.py"], Policy())
-    assert type(e.value).__name__ == "UserError"
-
-
 DELEGATING = OPS.replace('''    _scale_kernel[(triton.cdiv(x.numel(), 64),)](x, y, s, x.numel(), BLOCK=64)
     return y
 ''', '''    _scale_launch(x, y, s)
