@@ -165,6 +165,10 @@ def _op(name: str, spec, path: Path, root: Path) -> Op:
     if not isinstance(file, str) or not file.endswith(".py"):
         raise UserError(f"{where} file: a .py path relative to the checkout is required {HELP}")
     checkout_file(root, root / file, f"{where} file")
+    from autokernel.target.launches import installed
+    if installed(file):
+        raise UserError(f"{where} file: {file} is an installed package's file (a virtual environment inside the "
+                        f"checkout), not the checkout's own code: vendor the kernel into the checkout {HELP}")
     launchers = spec.get("launchers")
     if not (isinstance(launchers, list) and launchers and all(isinstance(x, str) and QUALNAME.match(x)
                                                                for x in launchers)):

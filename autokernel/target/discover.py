@@ -204,7 +204,8 @@ def _launch(g, root: Path) -> Launch | None:
 
 
 def _inside(root: Path, rel: str) -> bool:
-    if not rel.endswith(".py") or rel.startswith("/") or ".." in Path(rel).parts:
+    from autokernel.target.launches import installed
+    if not rel.endswith(".py") or rel.startswith("/") or ".." in Path(rel).parts or installed(rel):
         return False
     try:
         decl.checkout_file(root, root / rel, rel)

@@ -24,6 +24,14 @@ MAX_SIGNATURES = 32  # distinct argument signatures kept per (kernel, site); mor
 MAX_GRIDS = 16
 MAX_GROUPS = 512  # distinct (kernel, site) pairs kept
 _SCALARS = (bool, int, float)
+INSTALLED_DIRS = frozenset({"site-packages", "dist-packages"})  # installed packages, not the checkout's own code
+
+
+def installed(path: str) -> bool:
+    """`path` is in an installed package's directory: a virtual environment inside the checkout (`.venv/lib/
+    python3.11/site-packages/...`) holds triton and torch, whose frames are not launchers and whose files are not
+    the checkout's kernels."""
+    return not INSTALLED_DIRS.isdisjoint(path.split(os.sep))
 
 
 def _describe(value):
@@ -52,11 +60,13 @@ class LaunchHook:
         self._inside: dict[str, str | None] = {}
 
     def rel(self, filename: str) -> str | None:
-        """The path of `filename` relative to the checkout, None when it is not a file of it."""
+        """The path of `filename` relative to the checkout, None when it is not a file of it (or is an installed
+        package's file in it: `installed`)."""
         r = self._inside.get(filename)
         if r is None and filename not in self._inside:
             a = os.path.abspath(filename)
-            r = self._inside[filename] = a[len(self.root):] if a.startswith(self.root) else None
+            inside = a.startswith(self.root) and not installed(a[len(self.root):])
+            r = self._inside[filename] = a[len(self.root):] if inside else None
         return r
 
     def site(self, frame) -> dict | None:
