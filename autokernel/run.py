@@ -304,7 +304,7 @@ def _deliver_best(op: str, best, provenance: dict, rationale: str, evaluator, in
                      Path(state.trace).name if state.trace else None,
                      f"traces/autokernel/{state.run_dir.name}/{op}.json",
                      *deliver_mod.profile_paths(op, state.trace, state.run_dir.name, ctx.layout.root, pol),
-                     engine_ab=engine_ab(op, best.source, incumbent, op_dir, state, ctx, deadline))
+                     engine_ab=engine_ab(op, best, incumbent, op_dir, state, ctx, deadline))
     out = OpOutcome(op, "accepted", line(fb.summary), s.est, [s.lo, s.hi], candidate=fb.path)
     (op_dir / "measurement.json").write_text(json.dumps(m.to_dict(), indent=1, default=str))
     incumbent_text = paths.read_text(incumbent, ctx.layout.root)
@@ -326,11 +326,11 @@ def _deliver_best(op: str, best, provenance: dict, rationale: str, evaluator, in
     return deliver(out, state, ctx.layout, branch)
 
 
-def engine_ab(op: str, source: str, incumbent: Path, op_dir: Path, state: RunState, ctx: Context,
-              deadline: Deadline):
+def engine_ab(op: str, best, incumbent: Path, op_dir: Path, state: RunState, ctx: Context, deadline: Deadline):
     """The engine's tokens/s with the incumbent and with the win (autokernel.bench.engine_ab: both arms in fresh
     sandboxed processes, interleaved), or NotMeasured with the reason: no time left, a job failed, none in this
-    run. It never costs the win: whatever goes wrong becomes the reason the PR body prints."""
+    run. It never costs the win: whatever goes wrong becomes the reason the PR body prints. The engine's weights
+    are those the gate's end-to-end stage ran it with (dequantized where the quantized model never calls the op)."""
     from autokernel.bench import engine_ab as ab
     from autokernel.git import report
     if ctx.engine_ab is None:
@@ -339,8 +339,11 @@ def engine_ab(op: str, source: str, incumbent: Path, op_dir: Path, state: RunSta
     try:
         t = trace_mod.load_trace(state.trace) if state.trace else None
         with ctx.console.status(f"[cyan]{op}[/]: the engine's tokens/s with and without the kernel (A/B) …"):
-            out = ctx.engine_ab(op, incumbent, source.encode(), ctx.policy, op_dir / "engine-ab",
-                                kernels_dir=ctx.layout.kernels, deadline=deadline, trace=t)
+            e2e = next((st for st in best.feedback.stages if st.get("name") == "e2e"), None) or {}
+            weights = (e2e.get("metrics") or {}).get("weights")
+            out = ctx.engine_ab(op, incumbent, best.source.encode(), ctx.policy, op_dir / "engine-ab",
+                                kernels_dir=ctx.layout.kernels, deadline=deadline, trace=t,
+                                weights=weights if isinstance(weights, str) else None)
     except Exception as e:  # noqa: BLE001 -- an informational figure: the verified win is delivered regardless
         out = ab.NotMeasured(f"the A/B failed: {type(e).__name__}: {line(e, 200)}")
     ctx.console.print(f"  [cyan]{op}[/] {markup(report.tokens_line(out), 600)}", soft_wrap=True)

@@ -99,10 +99,13 @@ def cost_s(rounds: int, op_forward_s: float, decode_steps: int = DECODE_STEPS, k
 
 def measure(op: str, incumbent: Path, candidate: bytes, policy: Policy, job_root: Path, *, kernels_dir: Path,
             deadline: Deadline = Deadline.none(), trace: dict | None = None, rounds: int | None = None,
-            prompt_tokens: int = PROMPT_TOKENS, decode_steps: int = DECODE_STEPS) -> EngineAB | NotMeasured:
+            weights: str | None = None, prompt_tokens: int = PROMPT_TOKENS,
+            decode_steps: int = DECODE_STEPS) -> EngineAB | NotMeasured:
     """The A/B of the engine with `incumbent` (the checkout's kernels/<op>.py) and with `candidate` (bytes) in the
-    op's slot, within `deadline`; NotMeasured with the reason where it does not fit or a job fails. `rounds`:
-    default bench.rounds. `trace`: the run's profile (sizes the prediction)."""
+    op's slot, within `deadline`; NotMeasured with the reason where it does not fit, a job fails or the engine never
+    calls the op. `rounds`: default bench.rounds. `trace`: the run's profile (sizes the prediction). `weights`: as
+    the gate's end-to-end stage ran the engine (default target.weights; "dequant" where the quantized model never
+    calls the op: matmul, embedding)."""
     from autokernel.gate import e2e
     kind = "cuda" if device_mod.is_cuda() else "cpu"
     rounds = rounds or policy.bench.rounds
@@ -112,7 +115,8 @@ def measure(op: str, incumbent: Path, candidate: bytes, policy: Policy, job_root
                            f"processes), {left:.0f} s left of agent.max_wall_s {policy.agent.max_wall_s:g}")
     sources = {"incumbent": Path(incumbent).read_bytes(), "candidate": bytes(candidate)}
     others = e2e._others(kernels_dir, skip=op)
-    payload = {"op": op, "model": policy.target.model, "backend": e2e.backend(), "weights": policy.target.weights,
+    weights = weights or policy.target.weights
+    payload = {"op": op, "model": policy.target.model, "backend": e2e.backend(), "weights": weights,
                "prompt_text": policy.e2e.prompts[0], "prompt_tokens": prompt_tokens, "decode_steps": decode_steps,
                **({"others": others} if others else {})}
     ro_paths = ([Path(kernels_dir).resolve()] if others else []) + (
@@ -136,6 +140,8 @@ def measure(op: str, incumbent: Path, candidate: bytes, policy: Policy, job_root
             got, why = _checked(j, payload, kind)
             if why:
                 return NotMeasured(f"the {arm}'s engine job failed in round {r}: {why}")
+            if not got["op_calls"]:
+                return NotMeasured(f"the engine ({weights} weights) never called {op}: there is nothing to compare")
             figures[arm].append(got)
             jobs.append({"round": r, "arm": arm, "turn": k, "process": got["process"], "job_dir": str(j.job_dir),
                          "wall_s": round(j.stats.wall_s, 2), "cpu_s": round(j.stats.cpu_s, 2),
@@ -187,7 +193,10 @@ def _checked(job, payload: dict, kind: str) -> tuple[dict, str]:
             or not all(type(t) is int for t in tokens) or not isinstance(prompt, list) \
             or len(prompt) != payload["prompt_tokens"] or not all(type(t) is int for t in prompt):
         return {}, f"the job returned no valid {clock} for its prefill and each of {n} decode steps"
-    return {"process": d["process"], "prompt": prompt, "tokens": tokens, "prefill_s": pre[0] / 1e3,
+    calls = d.get("op_calls")
+    if type(calls) is not int or calls < 0:
+        return {}, "the job returned no count of the op's calls"
+    return {"process": d["process"], "prompt": prompt, "op_calls": calls, "tokens": tokens, "prefill_s": pre[0] / 1e3,
             "decode_s": max(sum(dec) / 1e3, 1e-9)}, ""
 
 

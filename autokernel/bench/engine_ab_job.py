@@ -72,7 +72,7 @@ def _pass(eng, prompt: list[int], steps: int, cuda: bool) -> tuple[list[int], di
 def run(payload: dict, inputs: Path) -> dict:
     """Sandbox entry. payload: op, model, backend, weights, prompt_text (cut to its first prompt_tokens tokens),
     decode_steps, others ({op: path} on CUDA: the checkout's other kernels). Returns {"process", "device", "prompt",
-    "tokens", "prefill": {clock: ms}, "steps": [{clock: ms}]}."""
+    "op_calls" (the op's calls in the warm-up pass), "tokens", "prefill": {clock: ms}, "steps": [{clock: ms}]}."""
     from autokernel import kernel_loader
     kernel_loader.neutral_process()  # the same argv and env keys as every kernel job; imports kernels (interpreter)
     from autokernel.engine import open_engine
@@ -83,10 +83,17 @@ def run(payload: dict, inputs: Path) -> dict:
                       overrides={**payload.get("others", {}), op: str(Path(inputs) / f"{op}.py")})
     cuda = torch.cuda.is_available()
     prompt = eng.encode_prompt(payload["prompt_text"])[:int(payload["prompt_tokens"])]
+    calls = [0]
+
+    def count(name, site, fn, args):
+        calls[0] += name == op
+        return fn(*args)
+    eng.model.ops.observer = count  # the warm-up only: the timed pass runs with no observer
     _pass(eng, prompt, 1, cuda)  # warm-up: lazy set-up, autotuning, the interpreter's first rewrite of each kernel
+    eng.model.ops.observer = None
     tokens, pre, steps = _pass(eng, prompt, int(payload["decode_steps"]), cuda)
-    return {"process": PROCESS, "device": "cuda" if cuda else "cpu", "prompt": prompt, "tokens": tokens,
-            "prefill": pre, "steps": steps}
+    return {"process": PROCESS, "device": "cuda" if cuda else "cpu", "prompt": prompt, "op_calls": calls[0],
+            "tokens": tokens, "prefill": pre, "steps": steps}
 
 
 if __name__ == "__main__":  # not a script

@@ -63,3 +63,13 @@ def test_the_prediction_reads_the_ops_calls_and_typical_call_from_the_profile():
     assert engine_ab.per_forward_s(None, "add_rmsnorm") == 0.0
     assert engine_ab.cost_s(6, 0.5, decode_steps=8) == 6 * 2 * (engine_ab.JOB_START_S["cpu"] + 11 * (
         engine_ab.REFERENCE_FORWARD_S["cpu"] + 0.5))
+
+
+def test_an_op_the_engine_never_calls_is_not_measured(tmp_path):
+    """With quantized weights the engine never calls the dequantized matmul: the arms would be the same engine, and
+    a 'x1.00' would say nothing about the kernel (run.py passes the weights the e2e stage used: dequant there)."""
+    matmul = INSTALLED_LAYOUT.kernel_file("matmul")
+    r = engine_ab.measure("matmul", matmul, matmul.read_bytes(), Policy(), tmp_path,
+                          kernels_dir=INSTALLED_LAYOUT.kernels, weights="quant", **TINY)
+    assert isinstance(r, engine_ab.NotMeasured) and r.why == ("the engine (quant weights) never called matmul: there "
+                                                              "is nothing to compare"), r

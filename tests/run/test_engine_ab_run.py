@@ -63,16 +63,17 @@ def test_the_pr_body_says_not_measured_with_the_reason():
 def test_a_win_is_measured_end_to_end_within_the_sessions_time_left(tmp_path):
     calls = []
 
-    def fake(op, incumbent, candidate, policy, job_root, *, kernels_dir, deadline, trace):
-        calls.append((op, Path(incumbent), candidate, deadline.left(), trace))
+    def fake(op, incumbent, candidate, policy, job_root, *, kernels_dir, deadline, trace, weights):
+        calls.append((op, Path(incumbent), candidate, deadline.left(), trace, weights))
         return AB
     ctx = _ctx(tmp_path, 500.0, fake)
     state, (o,) = run.pipeline(ctx, op="rmsnorm", resume=None, trace=write_trace(tmp_path / "trace-1"))
     assert o.status == "accepted", o
-    ((op, incumbent, candidate, left, trace),) = calls
+    ((op, incumbent, candidate, left, trace, weights),) = calls
     assert op == "rmsnorm" and incumbent == tmp_path / "kernels" / "rmsnorm.py" and candidate == b"# faster\n"
     assert 400 < left <= 500  # the session's deadline (agent.max_wall_s from its start), not an unlimited one
     assert trace["ops"]["rmsnorm"]["calls"] == 60  # the run's profile sizes the prediction
+    assert weights is None  # the stub's e2e stage recorded none: the policy's
     assert "decode **10.3 -> 17.5 tokens/s**, x1.689 [1.672, 1.707]" in Path(o.pr_body).read_text()
 
 
