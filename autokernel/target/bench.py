@@ -187,8 +187,8 @@ def print_launchers(m, console, incumbent: str) -> None:
     inc = m.files[0].launchers if m.files else []
     if not inc:
         return
-    console.print(f"  per launcher ({m.label}; the workload's calls of each, weighted by their call counts): "
-                  + ", ".join(f"{r.launcher} {r.share:.0%} of the incumbent's time" for r in inc), highlight=False,
+    console.print(f"  per launcher ({m.label}), the workload's calls of each weighted by their call counts; share of "
+                  "the incumbent's time: " + ", ".join(f"{r.launcher} {r.share:.0%}" for r in inc), highlight=False,
                   markup=False)
     for f in m.files:
         if f.status != "ok" or not f.launchers:
