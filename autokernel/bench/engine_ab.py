@@ -60,6 +60,7 @@ class EngineAB:
     prefill_speedup: Interval  # the same for the prefill's time
     same_tokens: bool  # both arms generated the same greedy tokens in every round
     confidence: float
+    op_calls: dict = field(default_factory=dict)  # the op's calls in a prefill and in one decode step
     jobs: list[dict] = field(default_factory=list)  # in the order they ran: round, arm, turn, process, ...
     elapsed_s: float = 0.0
 
@@ -140,7 +141,7 @@ def measure(op: str, incumbent: Path, candidate: bytes, policy: Policy, job_root
             got, why = _checked(j, payload, kind)
             if why:
                 return NotMeasured(f"the {arm}'s engine job failed in round {r}: {why}")
-            if not got["op_calls"]:
+            if not any(got["op_calls"].values()):
                 return NotMeasured(f"the engine ({weights} weights) never called {op}: there is nothing to compare")
             figures[arm].append(got)
             jobs.append({"round": r, "arm": arm, "turn": k, "process": got["process"], "job_dir": str(j.job_dir),
@@ -194,8 +195,9 @@ def _checked(job, payload: dict, kind: str) -> tuple[dict, str]:
             or len(prompt) != payload["prompt_tokens"] or not all(type(t) is int for t in prompt):
         return {}, f"the job returned no valid {clock} for its prefill and each of {n} decode steps"
     calls = d.get("op_calls")
-    if type(calls) is not int or calls < 0:
-        return {}, "the job returned no count of the op's calls"
+    if not isinstance(calls, dict) or set(calls) != {"prefill", "decode"} or \
+            not all(type(n) is int and n >= 0 for n in calls.values()):
+        return {}, "the job returned no count of the op's calls per phase"
     return {"process": d["process"], "prompt": prompt, "op_calls": calls, "tokens": tokens, "prefill_s": pre[0] / 1e3,
             "decode_s": max(sum(dec) / 1e3, 1e-9)}, ""
 
@@ -211,8 +213,8 @@ def _decide(op: str, figures: dict[str, list[dict]], jobs: list[dict], rounds: i
     fp = device_mod.fingerprint()
     label = CPU_LABEL if kind == "cpu" else f"CUDA {fp.get('gpu', '')}".strip()
     same = all(a["tokens"] == b["tokens"] for a, b in zip(inc, cand))
-    return EngineAB(op, label, rounds, prompt_tokens, decode_steps, tps, speedup, prefill, same, confidence, jobs,
-                    round(elapsed_s, 1))
+    return EngineAB(op, label, rounds, prompt_tokens, decode_steps, tps, speedup, prefill, same, confidence,
+                    dict(inc[0]["op_calls"]), jobs, round(elapsed_s, 1))
 
 
 def interleaved(jobs: list[dict]) -> bool:

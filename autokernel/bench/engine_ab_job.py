@@ -52,14 +52,19 @@ def _timed(fn, cuda: bool):
     return out, {"cpu_ms": (c1 - c0) / 1e6, "wall_ms": (w1 - w0) / 1e6}
 
 
-def _pass(eng, prompt: list[int], steps: int, cuda: bool) -> tuple[list[int], dict, list[dict]]:
-    """A prefill of `prompt` and `steps` greedy decode steps: (tokens, prefill clocks, each step's clocks)."""
+def _pass(eng, prompt: list[int], steps: int, cuda: bool, phase: list[str] | None = None
+          ) -> tuple[list[int], dict, list[dict]]:
+    """A prefill of `prompt` and `steps` greedy decode steps: (tokens, prefill clocks, each step's clocks).
+    `phase`, if given, holds the name of the phase running ("prefill", "decode") for an observer to read."""
     from autokernel.engine.generate import left_pad
     m = eng.model
+    phase = phase if phase is not None else [""]
     x, kv_start = left_pad([prompt], eng.tokenizer.pad_id, m.device)  # (1, P)
     cache = m.new_cache(1, x.shape[1] + steps + 1)
+    phase[0] = "prefill"
     last, pre = _timed(lambda: m.forward(x, cache, kv_start), cuda)  # (1, V)
     tokens, clocks = [], []
+    phase[0] = "decode"
     for _ in range(steps):
         t = int(last.float().argmax(-1)[0])
         tokens.append(t)
@@ -72,7 +77,8 @@ def _pass(eng, prompt: list[int], steps: int, cuda: bool) -> tuple[list[int], di
 def run(payload: dict, inputs: Path) -> dict:
     """Sandbox entry. payload: op, model, backend, weights, prompt_text (cut to its first prompt_tokens tokens),
     decode_steps, others ({op: path} on CUDA: the checkout's other kernels). Returns {"process", "device", "prompt",
-    "op_calls" (the op's calls in the warm-up pass), "tokens", "prefill": {clock: ms}, "steps": [{clock: ms}]}."""
+    "op_calls" (the op's calls in the warm-up's prefill and its decode step), "tokens", "prefill": {clock: ms},
+    "steps": [{clock: ms}]}."""
     from autokernel import kernel_loader
     kernel_loader.neutral_process()  # the same argv and env keys as every kernel job; imports kernels (interpreter)
     from autokernel.engine import open_engine
@@ -83,16 +89,16 @@ def run(payload: dict, inputs: Path) -> dict:
                       overrides={**payload.get("others", {}), op: str(Path(inputs) / f"{op}.py")})
     cuda = torch.cuda.is_available()
     prompt = eng.encode_prompt(payload["prompt_text"])[:int(payload["prompt_tokens"])]
-    calls = [0]
+    calls, phase = {"prefill": 0, "decode": 0}, [""]
 
     def count(name, site, fn, args):
-        calls[0] += name == op
+        calls[phase[0]] += name == op
         return fn(*args)
     eng.model.ops.observer = count  # the warm-up only: the timed pass runs with no observer
-    _pass(eng, prompt, 1, cuda)  # warm-up: lazy set-up, autotuning, the interpreter's first rewrite of each kernel
+    _pass(eng, prompt, 1, cuda, phase)  # warm-up: lazy set-up, autotuning, the interpreter's first rewrite of kernels
     eng.model.ops.observer = None
     tokens, pre, steps = _pass(eng, prompt, int(payload["decode_steps"]), cuda)
-    return {"process": PROCESS, "device": "cuda" if cuda else "cpu", "prompt": prompt, "op_calls": calls[0],
+    return {"process": PROCESS, "device": "cuda" if cuda else "cpu", "prompt": prompt, "op_calls": calls,
             "tokens": tokens, "prefill": pre, "steps": steps}
 
 

@@ -68,6 +68,7 @@ class EngineMeasured(Protocol):
     same_tokens: bool
     confidence: float
     elapsed_s: float
+    op_calls: dict  # the op's calls in the A/B's prefill and in one decode step: {"prefill": n, "decode": m}
 
 
 def tokens_line(ab) -> str:
@@ -87,11 +88,15 @@ def tokens_line(ab) -> str:
             "Triton-interpreter CPU time of an engine whose every other op runs its torch reference, so the op "
             "weighs more there than in the profile and the figure can pass the Amdahl bound above: the interpreter's "
             "tokens/s, not GPU speed")
-    return (f"{head}; {what}): decode **{inc.est:.3g} -> {cand.est:.3g} tokens/s**, x{s.est:.3f} [{s.lo:.3f}, "
-            f"{s.hi:.3f}] at {100 * ab.confidence:.0f} % confidence, paired over {ab.rounds} interleaved rounds "
-            f"in {ab.elapsed_s:.0f} s (A B, B A, ...; each arm a fresh sandboxed process); prefill of "
-            f"{ab.prompt_tokens} tokens x{p.est:.3f} [{p.lo:.3f}, {p.hi:.3f}]. Workload: the first e2e prompt's "
-            f"first {ab.prompt_tokens} tokens, {ab.decode_steps} greedy decode steps"
+    calls = ab.op_calls or {}
+    decode = (f"decode **{inc.est:.3g} -> {cand.est:.3g} tokens/s**, x{s.est:.3f} [{s.lo:.3f}, {s.hi:.3f}]"
+              if calls.get("decode", 1) else "decode: the op is not called there")
+    prefill = (f"prefill of {ab.prompt_tokens} tokens x{p.est:.3f} [{p.lo:.3f}, {p.hi:.3f}]"
+               if calls.get("prefill", 1) else f"prefill of {ab.prompt_tokens} tokens: the op is not called there")
+    return (f"{head}; {what}): {decode}; {prefill}. Paired over {ab.rounds} interleaved rounds in "
+            f"{ab.elapsed_s:.0f} s (A B, B A, ...; each arm a fresh sandboxed process), "
+            f"{100 * ab.confidence:.0f} % confidence intervals. Workload: the first e2e prompt's first "
+            f"{ab.prompt_tokens} tokens, {ab.decode_steps} greedy decode steps"
             + ("" if ab.same_tokens else "; the two engines generated different tokens") + ".")
 
 
@@ -269,4 +274,4 @@ def _engine_ab(ab) -> dict | None:
     return {"timings": line(ab.label), "rounds": ab.rounds, "prompt_tokens": ab.prompt_tokens,
             "decode_steps": ab.decode_steps, "decode_tokens_per_s": [iv(x) for x in ab.tokens_per_s],
             "speedup": iv(ab.speedup), "prefill_speedup": iv(ab.prefill_speedup), "same_tokens": ab.same_tokens,
-            "elapsed_s": _small(ab.elapsed_s)}
+            "op_calls": _small(ab.op_calls), "elapsed_s": _small(ab.elapsed_s)}

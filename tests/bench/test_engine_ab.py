@@ -33,6 +33,7 @@ def test_the_engine_with_the_faster_kernel_is_measured_faster_in_fresh_interleav
         assert 0 < iv.lo <= iv.est <= iv.hi
     assert cand.est > inc.est and r.speedup.lo > 1.2 and r.prefill_speedup.lo > 1.2  # the slow incumbent's arm
     assert r.same_tokens and (r.rounds, r.prompt_tokens, r.decode_steps) == (2, 4, 3)
+    assert r.op_calls == {"prefill": 1, "decode": 1}  # the final norm, once a forward
     # each arm its own fresh sandboxed process, interleaved A B, B A
     assert [(j["round"], j["arm"]) for j in r.jobs] == [(0, "incumbent"), (0, "candidate"), (1, "candidate"),
                                                         (1, "incumbent")]

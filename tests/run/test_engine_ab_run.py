@@ -1,5 +1,6 @@
 """The engine tokens/s A/B in a delivered win (issue 23): run.py runs it after the confirming benchmark, within the
 session's time left, and the PR body shows its figures, labelled, or says why there are none."""
+import dataclasses
 import io
 import json
 from pathlib import Path
@@ -18,7 +19,7 @@ from autokernel.policy import Policy
 GATE = {"seed": 7, "isolation": "bwrap", "sha256": "ab" * 32, "stages": []}
 AB = engine_ab.EngineAB("rmsnorm", "CPU / Triton-interpreter CPU time", 6, 16, 8,
                         [Interval(10.35, 10.24, 10.46), Interval(17.48, 17.47, 17.49)], Interval(1.689, 1.672, 1.707),
-                        Interval(3.193, 3.188, 3.197), True, 0.95, elapsed_s=118.4)
+                        Interval(3.193, 3.188, 3.197), True, 0.95, {"prefill": 1, "decode": 1}, elapsed_s=118.4)
 
 
 def _ctx(tmp_path: Path, max_wall_s: float, engine_ab_fn) -> run.Context:
@@ -42,12 +43,24 @@ def test_the_pr_body_shows_the_ab_labelled_as_interpreter_time():
     assert ("End-to-end tokens/s (the engine with vs without this kernel; Triton-interpreter CPU time of an engine "
             "whose every other op runs its torch reference, so the op weighs more there than in the profile and the "
             "figure can pass the Amdahl bound above: the interpreter's tokens/s, not GPU speed): decode **10.3 -> "
-            "17.5 tokens/s**, x1.689 [1.672, 1.707] at 95 % confidence, paired over 6 interleaved rounds in 118 s (A "
-            "B, B A, ...; each arm a fresh sandboxed process); prefill of 16 tokens x3.193 [3.188, 3.197]. Workload: "
-            "the first e2e prompt's first 16 tokens, 8 greedy decode steps.") in body
+            "17.5 tokens/s**, x1.689 [1.672, 1.707]; prefill of 16 tokens x3.193 [3.188, 3.197]. Paired over 6 "
+            "interleaved rounds in 118 s (A B, B A, ...; each arm a fresh sandboxed process), 95 % confidence "
+            "intervals. Workload: the first e2e prompt's first 16 tokens, 8 greedy decode steps.") in body
     assert "not measured" not in body
     ev = json.loads(report.evidence(w, "0" * 40))["engine_ab"]
     assert ev["speedup"] == [1.689, 1.672, 1.707] and ev["decode_tokens_per_s"][1] == [17.48, 17.47, 17.49]
+
+
+def test_a_phase_without_the_op_is_said_to_have_none_rather_than_a_ratio_of_noise():
+    """The first real nightly's attention_decode A/B printed 'prefill of 16 tokens x0.970 [0.692, 1.051]': the op is
+    never called in the prefill, so that ratio was the two processes' noise."""
+    ab = dataclasses.replace(AB, op_calls={"prefill": 0, "decode": 30})
+    body = report.body(report.Win("attention_decode", measurement(speedup=1.1), GATE, engine_ab=ab), "0" * 40)
+    assert "decode **10.3 -> 17.5 tokens/s**, x1.689 [1.672, 1.707]; prefill of 16 tokens: the op is not called " \
+           "there. Paired over 6" in body
+    ab = dataclasses.replace(AB, op_calls={"prefill": 30, "decode": 0})  # attention: the prefill's op
+    assert "): decode: the op is not called there; prefill of 16 tokens x3.193 [3.188, 3.197]. Paired" in \
+        report.tokens_line(ab)
 
 
 def test_the_pr_body_says_not_measured_with_the_reason():
