@@ -38,9 +38,21 @@ TODO = "TODO"
 ENTRY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*\Z")
 QUALNAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*\Z")
 OP_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}\Z")
-OP_FIELDS = {"file", "launchers", "reference", "outputs", "tolerance", "protected", "inputs", "work"}
+OP_FIELDS = {"file", "launchers", "reference", "outputs", "tolerance", "protected", "inputs", "work", "sizes"}
 INPUT_FIELDS = {"repeat", "low", "high"}  # per launcher parameter: what the gate's random values must respect
+SIZE_COLUMN = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)(?:\.shape\[(-?[0-9])\])?\Z")  # X.shape[-1], or an int n_cols
+MAX_SIZE = 1 << 20
 HELP = "(docs/targets.md)"
+
+
+@dataclass(frozen=True)
+class Size:
+    """A size of the launcher's inputs other than the token count, free in production (a hidden or head size: the
+    workload's model has one, the engine serves others): the columns that carry it move together, to `low`, `high`
+    and a secret size between them (autokernel/target/contract.py)."""
+    of: tuple[tuple[str, int | None], ...]  # (parameter, dimension) of a tensor, or (parameter, None) of an int
+    low: int
+    high: int
 
 
 @dataclass
@@ -54,6 +66,7 @@ class Op:
     protected: bool = False
     inputs: dict[str, dict[str, int]] = field(default_factory=dict)  # parameter -> {repeat | low | high: int}
     work: dict[str, str] | None = None  # {flops, bytes}: expressions per launcher call (autokernel/target/work.py)
+    sizes: dict[str, Size] = field(default_factory=dict)  # sizes besides the token count the gate also moves
 
     @property
     def reference(self) -> str:
@@ -185,7 +198,7 @@ def _op(name: str, spec, path: Path, root: Path) -> Op:
     from autokernel.target import work
     counts = work.table(spec["work"], f"{where} work") if "work" in spec else None
     return Op(name, file, list(launchers), references, outputs, tol and {k: float(v) for k, v in tol.items()},
-              protected, _inputs(spec.get("inputs", {}), where), counts)
+              protected, _inputs(spec.get("inputs", {}), where), counts, _sizes(spec.get("sizes", {}), where))
 
 
 def _per_launcher(value, launchers: list[str], where: str, check, partial: bool = False) -> dict:
@@ -230,6 +243,29 @@ def _inputs(value, where: str) -> dict[str, dict[str, int]]:
         raise UserError(f"{where} inputs: {{ <parameter> = {{ repeat = N }} | {{ low = A, high = B }} }}, integers "
                         f"{HELP}")
     return {k: dict(v) for k, v in value.items()}
+
+
+def _sizes(value, where: str) -> dict[str, Size]:
+    """`sizes = { hidden = { of = ["X.shape[-1]", "W.shape[0]"], low = 16, high = 8192 } }`: every column listed
+    carries the size (a tensor's dimension, or an int parameter), low <= high."""
+    usage = (f"{where} sizes: {{ <name> = {{ of = [\"X.shape[-1]\", \"W.shape[0]\", \"n_cols\"], low = 1, "
+             f"high = 8192 }} }}: the columns that carry one size, and its range {HELP}")
+    if not isinstance(value, dict):
+        raise UserError(usage)
+    out = {}
+    for name, v in value.items():
+        ok = isinstance(name, str) and QUALNAME.match(name) and "." not in name and name not in ("M", "layout") \
+            and isinstance(v, dict) and set(v) == {"of", "low", "high"} and isinstance(v["of"], list) \
+            and 0 < len(v["of"]) <= 16 and all(isinstance(c, str) and SIZE_COLUMN.match(c) for c in v["of"]) \
+            and all(type(v[k]) is int and 1 <= v[k] <= MAX_SIZE for k in ("low", "high")) and v["low"] <= v["high"]
+        if not ok:
+            raise UserError(usage)
+        cols = []
+        for c in v["of"]:
+            m = SIZE_COLUMN.match(c)
+            cols.append((m.group(1), int(m.group(2)) if m.group(2) is not None else None))  # type: ignore[union-attr]
+        out[name] = Size(tuple(cols), v["low"], v["high"])
+    return out
 
 
 def quote(s: str) -> str:

@@ -125,13 +125,15 @@ def _vias(entry) -> list:
     return [x if isinstance(x, str) else None for x in v] if isinstance(v, list) and v else [None]
 
 
-def specs(root: Path, op: decl.Op, calls: dict[str, discover.LauncherCalls], job_dir: Path, policy) -> list:
+def specs(root: Path, op: decl.Op, calls: dict[str, discover.LauncherCalls], job_dir: Path, policy,
+          seed: int = 0) -> list:
     """One OpSpec per declared launcher (contract.spec), each judged against its own reference, whose jobs run in
-    job_dir/reference[-<launcher>]."""
+    job_dir/reference[-<launcher>]; seed: the verdict's (the declared sizes' secret value)."""
     out = []
     for i, (name, c) in enumerate(calls.items()):
         where = job_dir / ("reference" if i == 0 else f"reference-{name}")
-        out.append(contract.spec(op, c, contract.ReferenceTable(root, op.references[name], where, policy.sandbox)))
+        out.append(contract.spec(op, c, contract.ReferenceTable(root, op.references[name], where, policy.sandbox),
+                                 seed))
     return out
 
 
@@ -151,7 +153,7 @@ def verify(root: Path, name: str, candidate_path: Path, *, policy, seed: int | N
     calls = from_trace(root, d, op, trace) if trace else record(root, d, op, policy, job_dir / "workload")
     copy = job_dir / incumbent.name  # imported by the jobs as the checkout's module: the file keeps its name
     copy.write_bytes(source)
-    results = _launchers(d, op, specs(root, op, calls, job_dir, policy), source, incumbent, copy, job_dir, policy,
+    results = _launchers(d, op, specs(root, op, calls, job_dir, policy, seed), source, incumbent, copy, job_dir, policy,
                          seed)
     for stage in ([_e2e] if stages is None else stages):
         if not all(r.passed for r in results):

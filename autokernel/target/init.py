@@ -111,6 +111,8 @@ def render(ops: list[discover.FoundOp]) -> str:
         lines.append("# tolerance = { atol = 1e-5, rtol = 1e-5 }  # optional: replaces the derived tolerance")
         lines.append("# work = { flops = \"...\", bytes = \"...\" }  # optional: one call's, over its arguments "
                      "(X.numel, X.nbytes, X.shape[i]): rank by roofline headroom")
+        lines.append("# sizes = { hidden = { of = [\"X.shape[-1]\", \"W.shape[0]\"], low = 1, high = 8192 } }  # "
+                     "optional: a size production varies besides the token count, checked at low, high and between")
         lines.append("protected = false")
         blocks.append("\n".join(lines) + "\n")
     return "\n".join(blocks)

@@ -1,0 +1,69 @@
+"""Declared sizes (`sizes` in an op's table, autokernel/target/contract.py): the workload's model has one hidden
+size, the engine serves others. Without a declaration the gate holds every size but the token count at what the
+workload sent, so a kernel exact only at that width is accepted; with `sizes` its columns move to low, high and a
+secret size between them, and the same kernel is rejected."""
+import re
+
+import pytest
+from test_target_gate import DECLARATION, NORM, checkout
+
+from autokernel.errors import UserError
+from autokernel.policy import Policy
+from autokernel.target import contract
+from autokernel.target import declaration as decl
+from autokernel.target import gate as target_gate
+
+SIZES = DECLARATION + 'sizes = { hidden = { of = ["x.shape[-1]"], low = 1, high = 1024 } }\n'
+FIXED_WIDTH = ("BLOCK=_block(x.shape[-1])", "BLOCK=32")  # the toy engine's rows are 32 wide
+
+
+@pytest.fixture(autouse=True)
+def _cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+
+
+def _verify(root, tmp_path, source):
+    path = tmp_path / "cand" / "norm.py"
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(source)
+    return target_gate.verify(root, "norm", path, policy=Policy.model_validate({"gate": {"max_rows": 1024}}),
+                              seed=11, stages=[])
+
+
+def test_a_kernel_exact_only_at_the_recorded_width_is_rejected_where_sizes_are_declared(tmp_path):
+    assert FIXED_WIDTH[0] in NORM
+    cheat = NORM.replace(*FIXED_WIDTH)
+    v = _verify(checkout(tmp_path / "plain"), tmp_path, cheat)
+    assert v.accepted, "the class: exact wherever the gate looks when only the token count moves"
+    v = _verify(checkout(tmp_path / "sized", SIZES), tmp_path, cheat)
+    assert not v.accepted
+    assert v.failure.reason in ("numeric.mismatch", "numeric.unwritten"), v.failure.detail
+
+
+def test_the_incumbent_is_accepted_at_the_declared_sizes(tmp_path):
+    v = _verify(checkout(tmp_path / "sized", SIZES), tmp_path, NORM)
+    assert v.accepted, [(s.name, s.reason, s.detail) for s in v.stages]
+    shapes = v.stages[-1].metrics["shapes"]
+    widths = {int(w) for s in shapes for w in re.findall(r"hidden=(\d+)", s)}
+    assert {1, 1024} <= widths and len(widths) == 3, shapes  # low, high and the secret one
+
+
+def test_the_secret_size_depends_on_the_seed():
+    size = decl.Size((("x", -1),), 16, 8192)
+    mids = {contract.size_values(size, "hidden", seed)[1] for seed in range(20)}
+    assert len(mids) > 10 and all(16 < m < 8192 and m % 2 for m in mids)
+
+
+@pytest.mark.parametrize("sizes,expect", [
+    ('{ hidden = { of = ["y.shape[-1]"], low = 1, high = 64 } }', "is not a tensor parameter"),
+    ('{ hidden = { of = ["x.shape[0]"], low = 1, high = 64 } }', "the token count"),
+    ('{ hidden = { of = ["x.shape[5]"], low = 1, high = 64 } }', "dimensions"),
+    ('{ hidden = { of = ["eps"], low = 1, high = 64 } }', "is not an int parameter"),
+    ('{ hidden = { of = ["x.shape[-1]"], low = 64, high = 1 } }', "sizes:"),
+    ('{ M = { of = ["x.shape[-1]"], low = 1, high = 64 } }', "sizes:"),
+    ('{ hidden = { of = "x.shape[-1]", low = 1, high = 64 } }', "sizes:"),
+])
+def test_a_bad_sizes_declaration_is_a_user_error(tmp_path, sizes, expect):
+    root = checkout(tmp_path / "bad", DECLARATION + f"sizes = {sizes}\n")
+    with pytest.raises(UserError, match=expect):
+        _verify(root, tmp_path, NORM)
