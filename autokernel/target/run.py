@@ -100,10 +100,16 @@ def fill(fb: Feedback, m) -> None:
 
 
 def _reference_source(root: Path, op: decl.Op) -> str:
-    """The declared reference function's source, read from the checkout without running it ("" where it cannot be
-    found: the gate still uses it; the prompt only shows it)."""
+    """The declared reference functions' sources, one per launcher, read from the checkout without running them (""
+    where none can be found: the gate still uses them; the prompt only shows them). A candidate replaces the whole
+    file, and the gate and the bench judge every launcher: the model is shown each launcher's reference."""
+    found = [_one_reference(root, entry) for entry in op.references.values()]
+    return "\n\n\n".join(f for f in found if f)
+
+
+def _one_reference(root: Path, entry: str) -> str:
     import ast
-    module, _, name = next(iter(op.references.values()), "").partition(":")  # the first launcher's
+    module, _, name = entry.partition(":")
     try:
         text = paths.read_text(decl.module_file(root, module, "reference"), root)
         fn = next(n for n in paths.parse(text).body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
@@ -122,6 +128,8 @@ def prompt(root: Path, op: decl.Op, trace: dict) -> Prompt:
     share = entry.get("share")
     tol = (f"the declared tolerance {json.dumps(op.tolerance)}" if op.tolerance else
            "a tolerance derived per dtype from the reference's own rounding error at float64")
+    what = "The reference (what the launcher must compute," if len(op.launchers) == 1 else \
+        "The references (what each launcher must compute, all of them judged and timed,"
     layouts = "\n".join(f"- {s.get('launcher')}({', '.join(str(a) for a in s.get('args', []))}): {s.get('calls')} "
                         f"call(s)" for s in (entry.get("shapes") or [])[:12]) or "- (see the trace)"
     system = ("You make a Triton kernel file of an inference engine faster without changing what it computes. "
@@ -133,11 +141,34 @@ def prompt(root: Path, op: decl.Op, trace: dict) -> Prompt:
               "no caching, no special cases for the shapes below.")
     task = (f"Op `{op.name}`: file `{op.file}`, launcher `{', '.join(op.launchers)}`, reference `{op.reference}`"
             + (f" ({100 * share:.1f}% of the profiled launch time)" if isinstance(share, (int, float)) else "")
-            + f".\nThe workload's calls:\n{layouts}\n"
-            + (f"The reference (what the launcher must compute, within {tol}):\n```python\n{ref}\n```\n" if ref
+            + f".\nThe workload's calls:\n{layouts}\n" + _roofline_line(entry, trace)
+            + _sizes_line(op)
+            + (f"{what} within {tol}):\n```python\n{ref}\n```\n" if ref
                else f"Outputs are judged within {tol}.\n")
             + "Read the kernel (read_kernel), submit candidates (submit_candidate), finish when done.")
     return Prompt(system=system, task=task, kernel=source, spec=task, context={"op": op.name, "file": op.file})
+
+
+def _roofline_line(entry: dict, trace: dict) -> str:
+    """Where the op declares `work`: its calls' time at the profile's peaks against the time measured, and what bounds
+    it (the embedded ops' prompt shows the same per shape); "" otherwise."""
+    from autokernel.target.rank_target import _roofline
+    roof = (trace.get("roofline") or {}) if isinstance(trace.get("roofline"), dict) else {}
+    r = _roofline(entry, roof)
+    if r["roof_ms"] is None:
+        return ""
+    return (f"At the profile's peaks ({roof.get('source') or 'the device'}) these calls take {r['roof_ms']:.3g} ms "
+            f"at the roofline against {entry['total_ms']:.3g} ms measured: {100 * r['headroom']:.0f}% headroom, "
+            f"{r['bound']}-bound" + (f" ({roof['note']})" if isinstance(roof.get("note"), str) else "") + ".\n")
+
+
+def _sizes_line(op: decl.Op) -> str:
+    """The declared sizes the gate checks besides the token count (docs/targets.md, `sizes`)."""
+    if not op.sizes:
+        return ""
+    parts = [f"{name} ({', '.join(p + ('' if d is None else f'.shape[{d}]') for p, d in s.of)}) from {s.low} to "
+             f"{s.high}" for name, s in op.sizes.items()]
+    return "The gate also checks other sizes production sends: " + "; ".join(parts) + ".\n"
 
 
 @dataclass

@@ -157,3 +157,13 @@ def test_launcher_cases_keep_one_launcher_as_it_was(monkeypatch):
     monkeypatch.setattr(target_bench, "cases", lambda sp, calls: seen.append(calls) or [{"shape": {"M": 1}}])
     assert target_bench.launcher_cases([spec], {"norm": "calls"}) == (spec, [{"shape": {"M": 1}}])
     assert seen == ["calls"]
+
+
+def test_the_prompt_shows_every_launchers_reference(tmp_path):
+    """`run`'s model is shown each launcher's reference (it was shown the first launcher's only), since every
+    launcher is judged and timed."""
+    from autokernel.target import declaration as decl
+    from autokernel.target import run as target_run
+    root = checkout(tmp_path / "co", BOTH)
+    task = target_run.prompt(root, decl.load(root).ops["pair"], {}).task
+    assert "def norm(x, eps):" in task and "def scale(x, s):" in task and "what each launcher must compute" in task
