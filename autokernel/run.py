@@ -201,6 +201,8 @@ def work_on(op: str, state: RunState, ctx: Context) -> OpOutcome:
     out = _deliver_best(op, result.best, provenance, command.rationale(session, result.best.source), evaluator,
                         incumbent, op_dir, state, ctx, session.deadline)
     out.error = error
+    if out.status == "no_improvement":  # the confirming benchmark lost it: the report still says what was tried
+        out.tried = tried([c.feedback for c in session.candidates])
     return out
 
 
@@ -296,9 +298,11 @@ def _deliver_best(op: str, best, provenance: dict, rationale: str, evaluator, in
         return _already(op, {"branch": d.branch, "commit": d.sha})
     m = evaluator.confirm(op, best.source)
     if not m.files[-1].accepted:
+        c = m.files[-1]
+        got = f"{c.speedup.est:.3f}x [{c.speedup.lo:.3f}, {c.speedup.hi:.3f}]; " if c.speedup else ""
         return OpOutcome(op, "no_improvement", f"candidate {fb.sha256[:8]} won in the session ({line(fb.summary)}) "
-                         f"but not in the confirming benchmark ({m.files[-1].reason}): not committed",
-                         candidate=fb.path)
+                         f"but not in the confirming benchmark ({got}{c.reason}: {line(c.detail, 200)}): not "
+                         "committed", candidate=fb.path)
     s = m.files[-1].speedup
     win = report.Win(op, m, gate_record(fb), provenance, rationale,
                      Path(state.trace).name if state.trace else None,
@@ -580,8 +584,9 @@ def nightly_report(state: RunState | None, outcomes: list[OpOutcome], error: str
         return ("# autokernel nightly: out of time\n\n" + fenced("\n".join(cut)) + f"\n\n`autokernel run --resume "
                 f"{state.run_dir}` benchmarks what passed the gate (and tries again an op where nothing was judged); "
                 "raise `agent.max_wall_s` if this happens every night.\n")
-    lines = [f"- {o.op}: {_tried_text(o.tried)}" if o.tried else f"- {o.op}: {o.status}: {inert(line(o.detail, 300))}"
-             for o in outcomes]
+    lines = [f"- {o.op}: {_tried_text(o.tried)}" + (f"; then {inert(line(o.detail, 400))}" if o.candidate else "")
+             if o.tried else f"- {o.op}: {o.status}: {inert(line(o.detail, 300))}"
+             for o in outcomes]  # o.candidate: a session's winner that lost its confirming benchmark (_deliver_best)
     skipped = [f"- {op}: {why}" for op, why in (state.skipped if state else {}).items()]
     if not outcomes and skipped:
         return ("# autokernel nightly: nothing tried\n\nEvery op the ranking offered was skipped before a session "

@@ -130,8 +130,8 @@ def measure(op: str, incumbent: Path, candidate: bytes, policy: Policy, job_root
         order = list(ARMS) if r % 2 == 0 else list(reversed(ARMS))  # A B, B A, A B, ...
         limits = policy.sandbox.model_copy(update={"timeout_s": max(0.001, min(policy.sandbox.timeout_s,
                                                                                  deadline.left()))})
-        running = [_job(op, arm, payload, sources[arm], limits, ro_paths, root / f"round{r:02d}-{k}-{arm}")
-                   for k, arm in enumerate(order)]
+        dirs = [root / f"round{r:02d}-{k}-{arm}" for k, arm in enumerate(order)]
+        running = [_job(op, payload, sources[arm], limits, ro_paths, d) for arm, d in zip(order, dirs)]
         if kind == "cpu":
             lockstep.run_lockstep(running)
         else:
@@ -144,9 +144,9 @@ def measure(op: str, incumbent: Path, candidate: bytes, policy: Policy, job_root
             if not any(got["op_calls"].values()):
                 return NotMeasured(f"the engine ({weights} weights) never called {op}: there is nothing to compare")
             figures[arm].append(got)
-            jobs.append({"round": r, "arm": arm, "turn": k, "process": got["process"], "job_dir": str(j.job_dir),
+            jobs.append({"round": r, "arm": arm, "turn": k, "process": got["process"], "job_dir": str(dirs[k]),
                          "wall_s": round(j.stats.wall_s, 2), "cpu_s": round(j.stats.cpu_s, 2),
-                         "isolation": j.result.isolation})
+                         "isolation": got["isolation"]})
         spent = time.monotonic() - t0
         if r == 0 and spent * (rounds - 1) > deadline.left():
             return NotMeasured(f"not enough budget left: round 0 took {spent:.0f} s, so {rounds} rounds need "
@@ -158,22 +158,22 @@ def measure(op: str, incumbent: Path, candidate: bytes, policy: Policy, job_root
                    time.monotonic() - t0)
 
 
-def _job(op: str, arm: str, payload: dict, source: bytes, limits, ro_paths: list[Path], job_dir: Path):
+def _job(op: str, payload: dict, source: bytes, limits, ro_paths: list[Path], job_dir: Path) -> lockstep.Job:
     """One arm's sandboxed job (not started): the file under the op's own name, whichever arm it is."""
     env = {} if device_mod.is_cuda() else {"OMP_NUM_THREADS": "1"}  # as the kernel bench's CPU jobs (rounds.JOB_ENV)
-    job = lockstep.Job(lambda: sandbox.run(engine_ab_job.run, payload, job_dir, limits, ro_paths=ro_paths,
-                                           inputs={f"{op}.py": source}, env=env))
-    job.job_dir = job_dir
-    return job
+    return lockstep.Job(lambda: sandbox.run(engine_ab_job.run, payload, job_dir, limits, ro_paths=ro_paths,
+                                            inputs={f"{op}.py": source}, env=env))
 
 
-def _series(x, n: int) -> bool:
-    return isinstance(x, list) and len(x) == n and all(type(t) is float and math.isfinite(t) and t >= 0 for t in x)
+def _series(x, n: int) -> list[float] | None:
+    """x if it is n finite non-negative floats, else None."""
+    ok = isinstance(x, list) and len(x) == n and all(type(t) is float and math.isfinite(t) and t >= 0 for t in x)
+    return x if ok else None
 
 
 def _checked(job, payload: dict, kind: str) -> tuple[dict, str]:
-    """The job's figures on the verdict's clock ({"process", "prompt", "tokens", "prefill_s", "decode_s"}), or why
-    it has none. Everything the job returned is untrusted: types and counts checked here."""
+    """The job's figures on the verdict's clock ({"process", "isolation", "prompt", "op_calls", "tokens", "prefill_s",
+    "decode_s"}), or why it has none. Everything the job returned is untrusted: types and counts checked here."""
     if job.error is not None:
         return {}, f"{type(job.error).__name__}: {line(job.error, 200)}"
     res = job.result
@@ -187,18 +187,20 @@ def _checked(job, payload: dict, kind: str) -> tuple[dict, str]:
     steps = d.get("steps") if isinstance(d, dict) else None
     if not isinstance(d, dict) or d.get("device") != kind or not isinstance(d.get("process"), str):
         return {}, "the job returned malformed data"
-    pre = [(d.get("prefill") or {}).get(clock)] if isinstance(d.get("prefill"), dict) else None
-    dec = [s.get(clock) if isinstance(s, dict) else None for s in steps] if isinstance(steps, list) else None
+    pre = _series([d["prefill"].get(clock)] if isinstance(d.get("prefill"), dict) else None, 1)
+    dec = _series([s.get(clock) if isinstance(s, dict) else None for s in steps] if isinstance(steps, list) else None,
+                  n)
     tokens, prompt = d.get("tokens"), d.get("prompt")
-    if not _series(pre, 1) or not _series(dec, n) or not isinstance(tokens, list) or len(tokens) != n \
+    if pre is None or dec is None or not isinstance(tokens, list) or len(tokens) != n \
             or not all(type(t) is int for t in tokens) or not isinstance(prompt, list) \
             or len(prompt) != payload["prompt_tokens"] or not all(type(t) is int for t in prompt):
         return {}, f"the job returned no valid {clock} for its prefill and each of {n} decode steps"
     calls = d.get("op_calls")
     if not isinstance(calls, dict) or set(calls) != {"prefill", "decode"} or \
-            not all(type(n) is int and n >= 0 for n in calls.values()):
+            not all(type(k) is int and k >= 0 for k in calls.values()):
         return {}, "the job returned no count of the op's calls per phase"
-    return {"process": d["process"], "prompt": prompt, "op_calls": calls, "tokens": tokens, "prefill_s": pre[0] / 1e3,
+    return {"process": d["process"], "isolation": res.isolation, "prompt": prompt, "op_calls": calls,
+            "tokens": tokens, "prefill_s": pre[0] / 1e3,
             "decode_s": max(sum(dec) / 1e3, 1e-9)}, ""
 
 

@@ -8,6 +8,7 @@ from delivery_doubles import ScriptedModel, StubEvaluator, measurement, turn, wr
 from rich.console import Console
 
 from autokernel import paths, run
+from autokernel.bench.stats import Interval
 from autokernel.git import report
 from autokernel.policy import Policy
 
@@ -93,3 +94,34 @@ def test_an_out_of_time_nightly_also_says_what_was_judged():
     assert text.startswith("# autokernel nightly: out of time")
     assert ("- attention_decode: out_of_time: 1 candidate(s) passed the gate and were not benchmarked; in all 2 "
             "candidate(s) judged: bench.no_win x1, bench.not_run x1; best speedup seen 0.872x") in text
+
+
+def test_a_win_the_confirming_benchmark_lost_says_its_figure_and_what_was_tried(tmp_path):
+    """The second real CPU nightly (offline search, attention_decode): its session's 1.091x winner lost the
+    confirming benchmark, and pr.md said only '... but not in the confirming benchmark (bench.no_win): not
+    committed': no figure, and none of the session's other candidates."""
+    class LostOnConfirm(StubEvaluator):
+        def confirm(self, op, source):
+            m = measurement(op, speedup=1.01)
+            c = m.files[-1]
+            c.accepted, c.reason = False, "bench.no_win"
+            c.speedup = Interval(1.01, 0.98, 1.04)
+            c.detail = "the weighted speedup's lower 95% bound 0.980 is not above 1.02"
+            return m
+    (tmp_path / "kernels").mkdir()
+    (tmp_path / "kernels" / "rmsnorm.py").write_text((Path(__file__).parents[2] / "kernels" / "rmsnorm.py")
+                                                     .read_text())
+    llm = ScriptedModel([turn("", ("submit_candidate", {"source": "# REJECT one\n"})),
+                         turn("", ("submit_candidate", {"source": "# faster\n"})),
+                         turn("", ("finish", {"summary": "done"}))])
+    pol = Policy()
+    pol.git.commit = False
+    ctx = run.Context(paths.Layout(tmp_path), pol, pol.agent, llm, lambda op_dir, *a: LostOnConfirm(op_dir),
+                      Console(file=io.StringIO()), yes=True)
+    state, (o,) = run.pipeline(ctx, op="rmsnorm", resume=None, trace=write_trace(tmp_path / "trace-1"))
+    assert o.status == "no_improvement" and o.tried == {"candidates": 2, "reasons": {
+        "static.forbidden_call": 1, "bench.won": 1}, "best_speedup": 2.0}, o
+    assert ("- rmsnorm: 2 candidate(s) judged: static.forbidden_call x1, bench.won x1; best speedup seen 2.000x; "
+            "then candidate ") in run.nightly_report(state, [o])
+    assert ("but not in the confirming benchmark (1.010x [0.980, 1.040]; bench.no_win: the weighted speedup's lower "
+            "95% bound 0.980 is not above 1.02): not committed") in run.nightly_report(state, [o])
