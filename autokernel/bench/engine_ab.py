@@ -19,6 +19,11 @@ speedup; on CUDA the engine with the checkout's kernels, synchronized wall time.
 It runs only where it fits: before the first job, `cost_s` (the jobs' start and load, measured, plus the forwards at
 the op's profiled interpreter time) against the Deadline; after round 0, that round's real time times the rounds.
 Either falling short, or a job failing, gives NotMeasured with the reason, which the PR body prints as is.
+
+What a candidate could do to these figures from inside its own arm (introspect the job's harness, past the static
+gate's ban list) only flatters its own arm, never slows the incumbent's: the arms never share a process, and a
+job's other processes are refused (autokernel/bench/watch.py). The figures inform a reviewer; no verdict rests on
+them (the kernel bench decided the win).
 """
 from __future__ import annotations
 
@@ -46,6 +51,9 @@ ARMS = ("incumbent", "candidate")
 # baselines' batched steps took 0.06-0.56 s. Taken at about twice that: the prediction only decides whether to start.
 JOB_START_S = {"cpu": 6.0, "cuda": 20.0}  # CUDA: not measured (no GPU here); round 0's real time then decides
 REFERENCE_FORWARD_S = {"cpu": 0.15, "cuda": 0.0}
+# Checked against the first real CPU nightlies (6 rounds): attention_decode predicted 224 s, took ~120 s; rmsnorm
+# predicted 92 s, took 35 s.
+
 
 @dataclass
 class EngineAB:
