@@ -19,7 +19,8 @@ thing the compiled path does that triton 3.9's interpreter does not (measured on
   drivers"). Here the first config that survives the kernel's own pruning runs, as if it were the only one; which
   kernels were pinned is reported (`pinned()`), since only that config ran.
 
-The SmolLM2 kernels' own interpreter fixes (bf16 tl.dot, the per-program patch cost) live in kernels/__init__.py.
+The interpreter fixes every kernel gets, autokernel's own included (bf16 tl.dot, the per-program patch cost), are
+autokernel/interp_fixes.py's: install() applies them too.
 """
 from __future__ import annotations
 
@@ -37,6 +38,9 @@ def install() -> bool:
     if not triton.knobs.runtime.interpret:
         return False
     from triton.runtime import autotuner, interpreter
+
+    from autokernel import interp_fixes
+    interp_fixes.install()  # the fixes autokernel's own kernels get (bf16 tl.dot, one language patch per launch)
     if getattr(interpreter._implicit_cvt, "_ak_compat", False):
         return True
     _patch_floats(interpreter)

@@ -6,8 +6,8 @@ What is the same everywhere:
 - the module name is `kernels.<op>`, and the file it is executed from is named `<op>.py` (the gate copies a candidate
   to that name); only the directory differs (the repository's kernels/ or a sandbox job's input directory);
 - the `kernels` package is imported first: it sets TRITON_INTERPRET on a machine without CUDA and installs the
-  interpreter's bf16 tl.dot fix (kernels/__init__.py). A kernel loaded without it multiplies bf16 operands as raw
-  bit patterns under the interpreter (errors of ~1e11 on a correct kernel);
+  interpreter's bf16 tl.dot fix (autokernel/interp_fixes.py). A kernel loaded without it multiplies bf16 operands as
+  raw bit patterns under the interpreter (errors of ~1e11 on a correct kernel);
 - inside a sandbox job, `neutral_process()` gives the process one fixed sys.argv and one set of environment keys,
   whichever job (numeric or end-to-end) it is.
 

@@ -1,5 +1,6 @@
-"""kernels/__init__.py's interpreter fast path (triton.language patched once per launch, not once per program) gives
-the same bits as the interpreter as shipped, for every kernel of the project, and skips the repeats it claims to."""
+"""autokernel/interp_fixes.py's interpreter fast path (triton.language patched once per launch, not once per
+program) gives the same bits as the interpreter as shipped, for every kernel of the project, and skips the repeats it
+claims to."""
 import importlib
 import math
 import os
@@ -10,6 +11,7 @@ import torch
 from triton.runtime import interpreter
 
 import kernels
+from autokernel import interp_fixes
 from autokernel.ops import get
 
 pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",
@@ -28,8 +30,8 @@ def _run(op: str):
 @pytest.mark.parametrize("op", OPS)
 def test_patching_once_per_launch_gives_the_shipped_interpreters_bits(op, monkeypatch):
     fast = _run(op)
-    monkeypatch.setattr(interpreter, "_patch_lang", kernels._patch_lang)  # the interpreter as shipped
-    monkeypatch.setattr(interpreter.GridExecutor, "__call__", kernels._launch)
+    monkeypatch.setattr(interpreter, "_patch_lang", interp_fixes.SHIPPED["patch_lang"])  # the interpreter as shipped
+    monkeypatch.setattr(interpreter.GridExecutor, "__call__", interp_fixes.SHIPPED["launch"])
     shipped = _run(op)
     assert len(fast) == len(shipped)
     for a, b in zip(fast, shipped):  # bit for bit (NaN == NaN where both have it)
@@ -37,8 +39,8 @@ def test_patching_once_per_launch_gives_the_shipped_interpreters_bits(op, monkey
 
 
 def test_a_launch_patches_each_language_module_once(monkeypatch):
-    real, patch = [], kernels._patch_lang
-    monkeypatch.setattr(kernels, "_patch_lang", lambda fn: real.append(fn.__name__) or patch(fn))
+    real, patch = [], interp_fixes.SHIPPED["patch_lang"]
+    monkeypatch.setitem(interp_fixes.SHIPPED, "patch_lang", lambda fn: real.append(fn.__name__) or patch(fn))
     from kernels.rmsnorm import rmsnorm
     spec = get("rmsnorm")
     rmsnorm(**spec.make_inputs({"M": 40, "N": 576}, torch.float32, "cpu", torch.Generator().manual_seed(0)))
