@@ -14,14 +14,15 @@ CPU time stood still, which is how work done outside the process would look howe
 flagged implausible, never accepted. Load on the machine stretches both files' wall time alike; the incumbent's
 ratio counts as at least 1 (a multi-threaded incumbent's is under 1, and is no measure of waiting).
 
+The speedup that decides is the traced workload's time in the op, incumbent over candidate (stats.weighted_speedup):
+1 / sum_i(share_i / speedup_i) over the shapes, share_i a shape's part of the incumbent's traced time (its calls x
+median time). That is the harmonic mean, never above the geometric one: a 4x win on shapes holding half the time and
+a 2x loss on the rest is 0.89x here (the workload's time grows), where a geometric mean would call it 1.41x.
+
 A target op with several launchers (autokernel/target/bench.py: each case's shape names its launcher) is decided on
-every launcher's calls at once, since a candidate replaces the whole file. Per launcher, the weighted geometric mean
-over its shapes, as for a one-launcher op (LauncherResult); across launchers, the ratio of the workload's time in the
-op's file, incumbent over candidate: 1 / sum_L(share_L / speedup_L), share_L the launcher's part of the incumbent's
-traced time (its shapes' calls x median times). That is the harmonic mean, never above the geometric one: a 4x win on
-a launcher holding half the time and a 2x loss on the other is 0.89x here (the workload's time grows), where a
-geometric mean over all shapes would call it 1.41x. Its interval is the same function of the launchers' intervals
-(increasing in each), so it holds whenever theirs do.
+every launcher's calls at once, since a candidate replaces the whole file: each launcher's figure over its shapes
+(LauncherResult), and across launchers the same ratio, 1 / sum_L(share_L / speedup_L). Its interval is the same
+function of the launchers' intervals (increasing in each), so it holds whenever theirs do.
 """
 from __future__ import annotations
 
@@ -60,7 +61,7 @@ class LauncherResult:
     launcher: str
     share: float  # of the incumbent's traced time in the op (calls x median ms over its shapes, summed)
     workload_ms: float  # this file's time for the launcher's calls in the workload: sum of calls x median ms
-    speedup: Interval | None  # weighted geometric mean over the launcher's shapes; None for the incumbent
+    speedup: Interval | None  # the workload-time ratio over the launcher's shapes; None for the incumbent
 
 
 @dataclass
@@ -70,7 +71,7 @@ class FileResult:
     status: str  # "ok", or the reason code of the failure that stopped its timing
     detail: str = ""
     shapes: list[ShapeResult] = field(default_factory=list)
-    speedup: Interval | None = None  # weighted geometric mean over shapes
+    speedup: Interval | None = None  # the traced workload's time, incumbent over candidate (weighted_speedup)
     accepted: bool = False
     reason: str | None = None  # why not accepted: bench.no_win | bench.implausible | the status
     # a target op with several launchers: per launcher, in declaration order (empty for one launcher)

@@ -102,22 +102,29 @@ def _log_ci(lr: np.ndarray, confidence: float, rng: np.random.Generator) -> tupl
 
 def weighted_speedup(pairs: Sequence[tuple[Sequence[float], Sequence[float]]], weights: Sequence[float],
                      confidence: float, seed: int = 0) -> Interval:
-    """Weighted geometric mean of per-shape paired speedups.
+    """The traced workload's time in the op, incumbent over candidate: 1 / sum_i(w_i / s_i), w_i each shape's share
+    of the incumbent's traced time (its weight: calls x median time), s_i its paired speedup (the median of its
+    per-round ratios). The harmonic mean, never above the geometric one: a win on some shapes cannot hide a loss on
+    others (4x on half the time and 0.5x on the other half is 0.89x, the workload slower, where a geometric mean
+    says 1.41x).
 
-    Interval: the bootstrap of the weighted mean (each shape's repetitions resampled on their own), widened to the
-    weighted mean of the per-shape intervals (which holds whenever every per-shape interval does).
+    Interval: the bootstrap of that ratio (each shape's repetitions resampled on their own), widened to the same
+    ratio at the per-shape interval ends (increasing in each, so it holds whenever every per-shape interval does).
     """
     w = np.asarray(weights, np.float64)
     assert len(w) == len(pairs) and (w >= 0).all() and w.sum() > 0, w
     w = w / w.sum()
     rng = np.random.default_rng(seed)
     lrs = [log_ratios(a, b) for a, b in pairs]
-    est = float(sum(wi * np.median(lr) for wi, lr in zip(w, lrs)))
-    boot = sum(wi * _boot_medians(lr, rng) for wi, lr in zip(w, lrs))
-    lo, hi = _percentiles(np.asarray(boot), confidence)
+
+    def log_ratio(logs) -> np.ndarray:  # log of 1 / sum(w / s), from each shape's log speedup (arrays broadcast)
+        return -np.log(sum(wi * np.exp(-np.asarray(li, np.float64)) for wi, li in zip(w, logs)))
+
+    est = float(log_ratio([np.median(lr) for lr in lrs]))
+    lo, hi = _percentiles(np.asarray(log_ratio([_boot_medians(lr, rng) for lr in lrs])), confidence)
     per_shape = [_log_ci(lr, confidence, rng) for lr in lrs]
-    lo = min(lo, sum(wi * p[0] for wi, p in zip(w, per_shape)))
-    hi = max(hi, sum(wi * p[1] for wi, p in zip(w, per_shape)))
+    lo = min(lo, float(log_ratio([p[0] for p in per_shape])))
+    hi = max(hi, float(log_ratio([p[1] for p in per_shape])))
     return Interval(float(np.exp(est)), float(np.exp(lo)), float(np.exp(hi)))
 
 

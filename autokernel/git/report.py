@@ -116,8 +116,8 @@ def perf_table(m, op: str) -> list[str]:
         rows.append(f"| {shape} | {a.dtype} | {a.calls} | {a.median_ms.est:.4g} | {b.median_ms.est:.4g} | "
                     f"{b.speedup.est:.3f} [{b.speedup.lo:.3f}, {b.speedup.hi:.3f}] | {b.gbps:.3g} | {pct} |")
     s = cand.speedup
-    rows += ["", f"Weighted (by calls) geometric-mean speedup of `{op}`: **{s.est:.3f}x** [{s.lo:.3f}, {s.hi:.3f}] "
-                 f"at {100 * m.policy['confidence']:.0f} % confidence (policy: lower bound > "
+    rows += ["", f"Speedup of `{op}` over the traced calls (their total time, incumbent / candidate): "
+                 f"**{s.est:.3f}x** [{s.lo:.3f}, {s.hi:.3f}] at {100 * m.policy['confidence']:.0f} % confidence (policy: lower bound > "
                  f"{m.policy['min_speedup']:g})."]
     return rows
 

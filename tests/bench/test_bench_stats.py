@@ -111,6 +111,21 @@ def test_weights_follow_the_traced_time_share():
     assert r.speedup.est < 1.0 and not r.accepted
 
 
+def test_a_win_on_some_shapes_does_not_hide_a_loss_on_others():
+    # Two shapes holding equal shares of the incumbent's traced time: the candidate 4x faster on one, 2x slower on
+    # the other. The workload's time in the op grows (1 / (0.5/4 + 0.5*2) = 0.89x); a weighted geometric mean of the
+    # per-shape speedups (what decided before) says 1.41x and accepted it: a candidate tuned for the shapes with the
+    # biggest wins at the cost of the rest.
+    rng = np.random.default_rng(11)
+    pairs = [(noisy(rng, 100, 0.02, 0.01), noisy(rng, 100, 0.02 / 4, 0.01)),
+             (noisy(rng, 100, 0.02, 0.01), noisy(rng, 100, 0.02 * 2, 0.01))]
+    r = decide("rmsnorm", raw(pairs), [1, 1], BENCH, GPU, ["incumbent", "candidate"])[1]
+    assert abs(r.speedup.est - 1 / (0.5 / 4 + 0.5 * 2)) < 0.02 and r.speedup.hi < 1.0, r.speedup
+    assert not r.accepted and r.reason == "bench.no_win"
+    same = stats.weighted_speedup([(np.full(9, 2.0), np.full(9, 1.0))] * 3, [1, 5, 2], 0.95)
+    assert np.isclose(same.est, 2.0) and np.isclose(same.lo, 2.0)  # one speedup everywhere: that speedup
+
+
 @pytest.mark.parametrize("n,k", [(6, 1), (10, 2), (30, 10), (100, 40)])
 def test_order_statistic_interval_matches_the_sign_test_table(n, k):
     assert stats._order_stat_k(n, 0.95) == k
