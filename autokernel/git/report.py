@@ -117,8 +117,8 @@ def perf_table(m, op: str) -> list[str]:
                     f"{b.speedup.est:.3f} [{b.speedup.lo:.3f}, {b.speedup.hi:.3f}] | {b.gbps:.3g} | {pct} |")
     s = cand.speedup
     rows += ["", f"Speedup of `{op}` over the traced calls (their total time, incumbent / candidate): "
-                 f"**{s.est:.3f}x** [{s.lo:.3f}, {s.hi:.3f}] at {100 * m.policy['confidence']:.0f} % confidence (policy: lower bound > "
-                 f"{m.policy['min_speedup']:g})."]
+                 f"**{s.est:.3f}x** [{s.lo:.3f}, {s.hi:.3f}] at {100 * m.policy['confidence']:.0f} % confidence "
+                 f"(policy: lower bound > {m.policy['min_speedup']:g})."]
     return rows
 
 
