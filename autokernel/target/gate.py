@@ -184,6 +184,7 @@ def _launchers(d: decl.Declaration, op: decl.Op, specs_: list, source: bytes, in
                 mine += pipeline._sandboxed(spec, copy, jobs, policy, None, None, None, seed, source, Deadline.none())
             except contract.ReferenceError as e:
                 raise UserError(f"{d.path}: [ops.{op.name}] {e}") from None
+            _held_sizes(op, mine)
         if len(specs_) > 1:
             for r in mine:
                 r.detail = f"{launcher}: {r.detail}"
@@ -192,6 +193,17 @@ def _launchers(d: decl.Declaration, op: decl.Op, specs_: list, source: bytes, in
         if not all(r.passed for r in mine):
             break
     return results
+
+
+def _held_sizes(op: decl.Op, results: list[StageResult]) -> None:
+    """A passed numeric stage says what it did not vary: without `sizes`, every size but the token count stayed at
+    what the workload sent, so the verdict vouches for those widths only (docs/targets.md, section 5)."""
+    for r in results:
+        if r.name == "numeric" and r.passed:
+            r.metrics["sizes"] = sorted(op.sizes)
+            if not op.sizes:
+                r.detail += ("; every size but the token count as the workload sent it (NOT CHECKED at other "
+                             "widths: declare `sizes` for those production varies)")
 
 
 def _e2e(root: Path, d: decl.Declaration, op: decl.Op, copy: Path, policy) -> StageResult:

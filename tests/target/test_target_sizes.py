@@ -35,6 +35,8 @@ def test_a_kernel_exact_only_at_the_recorded_width_is_rejected_where_sizes_are_d
     cheat = NORM.replace(*FIXED_WIDTH)
     v = _verify(checkout(tmp_path / "plain"), tmp_path, cheat)
     assert v.accepted, "the class: exact wherever the gate looks when only the token count moves"
+    numeric = next(s for s in v.stages if s.name == "numeric")
+    assert "NOT CHECKED at other widths" in numeric.detail  # and the verdict says so
     v = _verify(checkout(tmp_path / "sized", SIZES), tmp_path, cheat)
     assert not v.accepted
     assert v.failure.reason in ("numeric.mismatch", "numeric.unwritten"), v.failure.detail
@@ -46,6 +48,7 @@ def test_the_incumbent_is_accepted_at_the_declared_sizes(tmp_path):
     shapes = v.stages[-1].metrics["shapes"]
     widths = {int(w) for s in shapes for w in re.findall(r"hidden=(\d+)", s)}
     assert {1, 1024} <= widths and len(widths) == 3, shapes  # low, high and the secret one
+    assert "NOT CHECKED at other widths" not in v.stages[-1].detail and v.stages[-1].metrics["sizes"] == ["hidden"]
 
 
 def test_the_secret_size_depends_on_the_seed():
