@@ -177,7 +177,7 @@ def make_inputs_for(layouts_: list[Layout], constraints: dict[str, dict[str, int
                                  constraints.get(n, {}))
         for n, d in layout.args:  # scalars after every tensor, so the tensors stay what the seed made them
             if d[0] != "tensor":
-                out[n] = m if n in layout.token_ints else over.get((n, None), _scalar(d, gen))
+                out[n] = m if n in layout.token_ints else over.get((n, None), _scalar(d, gen, constraints.get(n)))
         return {n: out[n] for n, _ in layout.args}
     return make_inputs
 
@@ -221,16 +221,45 @@ def _dtype(name: str, primary: torch.dtype, case_dtype: torch.dtype) -> torch.dt
     return case_dtype if dt == primary else dt
 
 
-def _scalar(d: tuple, gen: torch.Generator):
+def _scalar(d: tuple, gen: torch.Generator, rule: dict | None = None):
+    """A float argument: the recorded value half the time, else drawn over the declared range (log-uniform where it
+    is positive: `inputs = { eps = { low = 1e-6, high = 1e-5 } }`), else within a factor 10 of the recorded value
+    (0.0: uniform in [-1, 1]). Other kinds as recorded."""
     kind, value = d[0], d[1] if len(d) > 1 else None
     if kind != "float":
         return value
     if int(torch.randint(0, 2, (1,), generator=gen)):
         return float(value)
     u = float(torch.rand((), generator=gen, dtype=torch.float64))
+    if rule and "low" in rule and "high" in rule:
+        lo, hi = float(rule["low"]), float(rule["high"])
+        return lo * (hi / lo) ** u if lo > 0 else lo + (hi - lo) * u
     if value == 0.0:
         return 2 * u - 1
     return math.copysign(abs(value) * 10 ** (2 * u - 1), value)
+
+
+def check_inputs(op: decl.Op, lays: list[Layout]) -> None:
+    """The declared `inputs` rules against the launcher's recorded arguments: each names a parameter, `repeat` a float
+    tensor, integer `low`/`high` an integer tensor, `low`/`high` a float argument; UserError otherwise."""
+    for name, rule in op.inputs.items():
+        kinds = {dict(lay.args).get(name, ("missing",))[0:2] for lay in lays}
+        where = f"[ops.{op.name}] inputs.{name}"
+        for kind in kinds:
+            if kind[0] == "missing":
+                raise UserError(f"{where}: the launcher has no parameter {name} (docs/targets.md)")
+            tensor = kind[0] == "tensor"
+            floating = kind[1] in FLOATS if tensor else kind[0] == "float"
+            ranged = "low" in rule or "high" in rule
+            if "repeat" in rule and not (tensor and floating):
+                raise UserError(f"{where}: repeat applies to a float tensor (docs/targets.md)")
+            if ranged and tensor and floating:
+                raise UserError(f"{where}: low/high apply to an integer tensor or a float argument (docs/targets.md)")
+            if ranged and tensor and not all(type(rule.get(k, 0)) is int for k in ("low", "high")):
+                raise UserError(f"{where}: an integer tensor's low and high are integers (docs/targets.md)")
+            if ranged and not tensor and (not floating or not ("low" in rule and "high" in rule)):
+                raise UserError(f"{where}: low and high (both) apply to a float argument; {name} is "
+                                f"{kind[0]} (docs/targets.md)")
 
 
 def shape_of_for(layouts_: list[Layout]):
@@ -402,6 +431,7 @@ def spec(op: decl.Op, calls: LauncherCalls, table: ReferenceTable, seed: int = 0
     model = [{"M": m, "layout": i} for i, lay in enumerate(lays) for m in (lay.m or (0,))]
     odd = [{"M": m, "layout": i} for i, lay in enumerate(lays) if lay.m for m in ODD_M]
     columns = size_columns(op, lays)
+    check_inputs(op, lays)
     odd += [{"M": SIZE_M if lay.m else 0, "layout": i, name: v}
             for name, size in op.sizes.items() for v in size_values(size, name, seed) for i, lay in enumerate(lays)]
     dtypes = tuple(dict.fromkeys(lay.dtype for lay in lays))

@@ -20,6 +20,7 @@ module and file it names must be one too, and nothing in it is imported or run h
 """
 from __future__ import annotations
 
+import math
 import os
 import re
 from dataclasses import dataclass, field
@@ -64,7 +65,7 @@ class Op:
     outputs: dict[str, list[int]] = field(default_factory=dict)  # launcher -> compared return values (else all)
     tolerance: dict[str, float] | None = None
     protected: bool = False
-    inputs: dict[str, dict[str, int]] = field(default_factory=dict)  # parameter -> {repeat | low | high: int}
+    inputs: dict[str, dict[str, float]] = field(default_factory=dict)  # parameter -> {repeat | low | high}
     work: dict[str, str] | None = None  # {flops, bytes}: expressions per launcher call (autokernel/target/work.py)
     sizes: dict[str, Size] = field(default_factory=dict)  # sizes besides the token count the gate also moves
 
@@ -234,14 +235,18 @@ def _outputs(value, where: str) -> list[int]:
     return list(value)
 
 
-def _inputs(value, where: str) -> dict[str, dict[str, int]]:
-    """`inputs = { cos = { repeat = 2 }, position_ids = { low = 0, high = 256 } }`: the last dimension is its first
-    1/repeat repeated (rope's duplicated cos/sin halves); an integer tensor's values in [low, high)."""
+def _inputs(value, where: str) -> dict[str, dict[str, float]]:
+    """`inputs = { cos = { repeat = 2 }, position_ids = { low = 0, high = 256 }, eps = { low = 1e-6, high = 1e-5 } }`:
+    the last dimension is its first 1/repeat repeated (rope's duplicated cos/sin halves); an integer tensor's values
+    in [low, high); a float argument's range (checked against the launcher's calls: autokernel/target/contract.py)."""
+    def number(k, x) -> bool:
+        return (type(x) is int and 0 <= x < 1 << 31) or (k != "repeat" and type(x) is float and math.isfinite(x))
     if not isinstance(value, dict) or not all(
             isinstance(k, str) and QUALNAME.match(k) and isinstance(v, dict) and v and set(v) <= INPUT_FIELDS
-            and all(type(x) is int and 0 <= x < 1 << 31 for x in v.values()) for k, v in value.items()):
-        raise UserError(f"{where} inputs: {{ <parameter> = {{ repeat = N }} | {{ low = A, high = B }} }}, integers "
-                        f"{HELP}")
+            and all(number(f, x) for f, x in v.items()) and v.get("low", 0) < v.get("high", math.inf)
+            for k, v in value.items()):
+        raise UserError(f"{where} inputs: {{ <parameter> = {{ repeat = N }} | {{ low = A, high = B }} }}, A < B "
+                        f"(integers for an integer tensor, numbers for a float argument) {HELP}")
     return {k: dict(v) for k, v in value.items()}
 
 

@@ -70,3 +70,36 @@ def test_a_bad_sizes_declaration_is_a_user_error(tmp_path, sizes, expect):
     root = checkout(tmp_path / "bad", DECLARATION + f"sizes = {sizes}\n")
     with pytest.raises(UserError, match=expect):
         _verify(root, tmp_path, NORM)
+
+
+# --- a float argument's declared range (inputs = { eps = { low = ..., high = ... } }) ------------------------------
+
+# a term below an ulp within a factor 10 of the recorded 1e-5, and no branch for coverage to find untaken (a
+# min(eps, 1e-3) is rejected as coverage.unreached already); at eps = 1e-2 it adds 10 %
+CLAMPED_EPS = ("_norm_kernel[(rows,)](x, y, eps,", "_norm_kernel[(rows,)](x, y, eps + 1e7 * eps ** 5,")
+
+
+def test_a_kernel_exact_only_near_the_recorded_scalar_is_rejected_over_the_declared_range(tmp_path):
+    """The gate draws a float argument within a factor 10 of what the workload sent (1e-5 here): a kernel whose eps
+    term is off only far from it is exact there. Production's models use other eps; with the range declared, the
+    draws cover them."""
+    assert CLAMPED_EPS[0] in NORM
+    cheat = NORM.replace(*CLAMPED_EPS)
+    assert _verify(checkout(tmp_path / "plain"), tmp_path, cheat).accepted  # the class
+    ranged = DECLARATION + "inputs = { eps = { low = 1e-6, high = 0.1 } }\n"
+    v = _verify(checkout(tmp_path / "ranged", ranged), tmp_path, cheat)
+    assert not v.accepted and v.failure.reason == "numeric.mismatch", v.failure.detail
+    assert _verify(checkout(tmp_path / "ok", ranged), tmp_path, NORM).accepted
+
+
+@pytest.mark.parametrize("inputs,expect", [
+    ("{ eps = { repeat = 2 } }", "repeat applies to a float tensor"),
+    ("{ x = { low = 0, high = 5 } }", "apply to an integer tensor or a float argument"),
+    ("{ eps = { low = 1e-6 } }", "both"),
+    ("{ nope = { low = 1, high = 2 } }", "no parameter nope"),
+    ("{ eps = { low = 0.5, high = 0.1 } }", "A < B"),
+])
+def test_a_bad_inputs_rule_is_a_user_error(tmp_path, inputs, expect):
+    root = checkout(tmp_path / "bad", DECLARATION + f"inputs = {inputs}\n")
+    with pytest.raises(UserError, match=expect):
+        _verify(root, tmp_path, NORM)
