@@ -495,8 +495,9 @@ def pipeline(ctx: Context, *, op: Optional[str], resume: Optional[Path], trace: 
     print_rank(t, ranked)
     if not state.ops:
         state.ops = [op] if op else [r.op for r in ranked if r.status == "target"
-                                     and fits(r.op, t, pol, console, state.skipped)
+                                     # what the agent can work on first: it does not vary with the profile's timings
                                      and searchable(r.op, ctx.settings.provider, layout, console, state.skipped)
+                                     and fits(r.op, t, pol, console, state.skipped)
                                      ][: pol.agent.top_k_ops]
         state.save()
     outcomes = progress.outcomes

@@ -45,6 +45,22 @@ def test_the_shipped_policy_fits_a_candidate_of_the_ops_it_can_judge():
     assert not ok and "its end-to-end check ~221 s" in said
 
 
+def test_the_search_skips_an_op_without_knobs_before_weighing_its_budget(tmp_path):
+    """Why the offline search skips an op must not vary between nights with the profile's timings (a real nightly
+    skipped rope for its budget one night and for having no launch meta-parameters the next): the searchable check
+    comes first."""
+    from delivery_doubles import ScriptedModel, StubEvaluator, write_trace
+
+    from autokernel import paths
+    (tmp_path / "kernels").mkdir()
+    (tmp_path / "kernels" / "rmsnorm.py").write_text((ROOT / "kernels" / "rmsnorm.py").read_text())
+    pol = Policy.model_validate({"agent": {"max_wall_s": 300, "max_iterations": 3}})  # the search; budget too small
+    ctx = run.Context(paths.Layout(tmp_path), pol, pol.agent, ScriptedModel([]),
+                      lambda op_dir, *a: StubEvaluator(op_dir), Console(file=io.StringIO()), yes=True)
+    state, _ = run.pipeline(ctx, op=None, resume=None, trace=write_trace(tmp_path / "t"))
+    assert "no launch meta-parameters" in state.skipped["rmsnorm"], state.skipped
+
+
 def test_a_nightly_that_skipped_every_op_says_why_not_no_improvement(tmp_path):
     """The real CPU nightly of a checkout still at the old budget (300 s / 3) skipped every op and its pr.md said
     "no improvement ... no op was tried" with no reason: the skips are kept in the run's state and reported."""
@@ -53,7 +69,8 @@ def test_a_nightly_that_skipped_every_op_says_why_not_no_improvement(tmp_path):
     from autokernel import paths
     (tmp_path / "kernels").mkdir()
     (tmp_path / "kernels" / "rmsnorm.py").write_text((ROOT / "kernels" / "rmsnorm.py").read_text())
-    pol = Policy.model_validate({"agent": {"max_wall_s": 300, "max_iterations": 3}})
+    # an LLM provider: the offline search would skip rmsnorm first for having no launch meta-parameters
+    pol = Policy.model_validate({"agent": {"max_wall_s": 300, "max_iterations": 3, "provider": "openai"}})
     ctx = run.Context(paths.Layout(tmp_path), pol, pol.agent, ScriptedModel([]),
                       lambda op_dir, *a: StubEvaluator(op_dir), Console(file=io.StringIO()), yes=True)
     state, outcomes = run.pipeline(ctx, op=None, resume=None, trace=write_trace(tmp_path / "t"))
