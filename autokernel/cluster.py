@@ -213,11 +213,12 @@ class RayCluster:
                 "retry_exceptions": False}
 
     def gate_jobs(self, jobs: list[GateJob]) -> list[JobResult]:
-        if any("policy" not in j.kwargs for j in jobs):
-            raise ValueError("a gate job for the cluster names its policy (GateJob.kwargs['policy'])")
+        if any(k not in j.kwargs for j in jobs for k in ("policy", "run_dir", "kernels_dir")):
+            raise ValueError("a gate job for the cluster names its policy, run_dir and kernels_dir (GateJob.kwargs), "
+                             "as gate.verify's caller does")
         ray = _ray()
         task = ray.remote(gate_on_node).options(**self._options("gate"))
-        refs = [task.remote(j.op, j.candidate.name, j.candidate.read_bytes(), _kernels(j.kwargs.get("kernels_dir")),
+        refs = [task.remote(j.op, j.candidate.name, j.candidate.read_bytes(), _kernels(j.kwargs["kernels_dir"]),
                             {k: v for k, v in j.kwargs.items() if k not in ("run_dir", "kernels_dir")})
                 for j in jobs]
         out = self._gather(refs, "gate")
@@ -304,11 +305,9 @@ def _first_line(e: BaseException) -> str:
     return (text[0] if text else type(e).__name__)[:300]
 
 
-def _kernels(kernels_dir) -> dict[str, bytes] | None:
+def _kernels(kernels_dir) -> dict[str, bytes]:
     """The target checkout's kernels/*.py (the signature the gate checks, the engine's other kernels in the
     end-to-end stage), shipped so that a node needs no copy of the checkout."""
-    if kernels_dir is None:
-        return None
     from autokernel import paths  # each a regular file inside the checkout (trust rule 6), else exit 2
     root = Path(kernels_dir).absolute().parent
     return {p.name: paths.read_bytes(p, root) for p in sorted(Path(kernels_dir).glob("*.py"))}
@@ -362,19 +361,17 @@ def _preflight(policy: Policy) -> None:
         raise UserError(f"cluster node {socket.gethostname()}: {e}") from None
 
 
-def gate_on_node(op: str, name: str, source: bytes, kernels: dict | None, kw: dict) -> tuple:
+def gate_on_node(op: str, name: str, source: bytes, kernels: dict, kw: dict) -> tuple:
     """gate.verify on this node, in a private temporary directory: (Verdict, meta with the job dir's evidence)."""
     meta = _node_start()
     from autokernel.gate import verify
     _preflight(kw["policy"])  # RayCluster.gate_jobs sends only jobs that name their policy
     tmp = _node_tmp()
     try:
-        kdir = None
-        if kernels is not None:
-            kdir = tmp / "kernels"
-            kdir.mkdir()
-            for k, data in kernels.items():
-                (kdir / Path(k).name).write_bytes(data)
+        kdir = tmp / "kernels"  # the driver's checkout's, shipped (_kernels)
+        kdir.mkdir()
+        for k, data in kernels.items():
+            (kdir / Path(k).name).write_bytes(data)
         (tmp / "candidate").mkdir()
         cand = tmp / "candidate" / Path(name).name
         cand.write_bytes(source)
@@ -424,9 +421,7 @@ def _write_evidence(root: Path, evidence: dict[str, bytes]) -> None:
 
 
 def _land_verdict(job: GateJob, v, evidence: dict[str, bytes]):
-    from autokernel.gate.pipeline import default_run_dir
-    run_dir = job.kwargs.get("run_dir")
-    root = (Path(run_dir) if run_dir else default_run_dir(job.op)) / f"{job.op}-{v.candidate_sha256[:12]}"
+    root = Path(job.kwargs["run_dir"]) / f"{job.op}-{v.candidate_sha256[:12]}"  # the caller's, as gate.verify's
     _write_evidence(root, evidence)
     v.candidate, v.run_dir = str(job.candidate), str(root)
     v.write(root / "verdict.json")

@@ -423,34 +423,31 @@ def searchable(op: str, provider: str, layout: paths.Layout, console: Console, s
                      "(--agent) can rewrite it", console, skipped)
 
 
-def context(*, agent, model, base_url, repo, policy_file, console, yes=False, ask=None, llm=None,
-            make_evaluator=None, nightly: bool = False, cluster: str | None = None) -> Context:
-    """Everything checked before any slow step (exit 2, one line): the checkout (a git work tree with kernels/), the
-    policy, the provider with its API key and --base-url (one probe of the server), the sandbox's isolation for
-    candidates from an untrusted author (an LLM, or the unattended nightly), the Ray cluster if one is named
-    (--cluster, RAY_ADDRESS: autokernel/cluster.py; its nodes check their own isolation, and check_candidate still
-    runs here), and the model itself."""
+def context(*, layout: paths.Layout, policy: policy_mod.Policy, agent, model, base_url, console, yes=False, ask=None,
+            llm=None, make_evaluator=None, nightly: bool = False, cluster: str | None = None) -> Context:
+    """Everything checked before any slow step (exit 2, one line), for the checkout and policy the command resolved
+    (autokernel/cli/run.py: the layout, a git work tree with kernels/, and policy.for_checkout's policy): the
+    provider with its API key and --base-url (one probe of the server), the sandbox's isolation for candidates from
+    an untrusted author (an LLM, or the unattended nightly), the Ray cluster if one is named (--cluster,
+    RAY_ADDRESS: autokernel/cluster.py; its nodes check their own isolation, and check_candidate still runs here),
+    and the model itself."""
     import functools
 
     from autokernel import cluster as cluster_mod
     from autokernel import sandbox
     from autokernel.agent.command import agent_settings, make_model
     from autokernel.agent.providers import preflight
-    from autokernel.git import toplevel
-    layout = paths.target(repo)
-    toplevel(layout.root)  # not a git work tree: exit 2 now, not after the session
-    pol = policy_mod.for_checkout(layout.root, policy_file, flags=policy_mod.flags(agent, base_url, cluster))
-    settings = agent_settings(pol, agent, model, base_url)
+    settings = agent_settings(policy, agent, model, base_url)
     if llm is None:
         settled = preflight(settings.provider, settings.model, settings.base_url)
         if settings.model is None and settled:  # the model the probe listed: not listed again (make_model, workers)
             settings = settings.model_copy(update={"model": settled})
     if make_evaluator is None:
-        sandbox.preflight(pol.sandbox, untrusted_author=nightly or settings.provider != "search")
-    remote = cluster_mod.connect(cluster, pol)  # None: this machine's slots
-    model = llm or make_model(settings, seed=0, bench=pol.bench)
+        sandbox.preflight(policy.sandbox, untrusted_author=nightly or settings.provider != "search")
+    remote = cluster_mod.connect(cluster, policy)  # None: this machine's slots
+    model = llm or make_model(settings, seed=0, bench=policy.bench)
     from autokernel.bench import engine_ab
-    return Context(layout, pol, settings, model, make_evaluator or functools.partial(sandbox_evaluator,
+    return Context(layout, policy, settings, model, make_evaluator or functools.partial(sandbox_evaluator,
                    executor=remote), console, yes, ask, remote and remote.pool,
                    engine_ab.measure if make_evaluator is None else None)
 

@@ -53,6 +53,19 @@ def _target_root(repo: Optional[Path]) -> Optional[Path]:
     return root if target_run.is_target(root) else None
 
 
+def context(*, repo, policy_file, agent, base_url, cluster: str | None = None, **kw) -> run.Context:
+    """run.context for autokernel's own layout: the one place `run` and `nightly` resolve the checkout (`--repo`,
+    else the work tree here: paths.target), which must be a git work tree, and its policy (policy.for_checkout
+    under the command's flags); `kw` as run.context takes them (model, console, yes, ...)."""
+    from autokernel import paths
+    from autokernel import policy as policy_mod
+    from autokernel.git import toplevel
+    layout = paths.target(repo)
+    toplevel(layout.root)  # not a git work tree: exit 2 now, not after the session
+    policy = policy_mod.for_checkout(layout.root, policy_file, flags=policy_mod.flags(agent, base_url, cluster))
+    return run.context(layout=layout, policy=policy, agent=agent, base_url=base_url, cluster=cluster, **kw)
+
+
 def _target_context(root: Path, agent, model, base_url, policy_file, yes: bool, console, nightly: bool = False):
     """A target run's Ctx (autokernel/target/run.py): a git work tree, its policy under trust rule 6, and the
     profile's (sections sandbox and ops of the same file: --policy, else the checkout's policies.yaml)."""
@@ -147,8 +160,8 @@ def run_cmd(
         raise typer.Exit(_run_target(target, op, agent, model, base_url, policy_file, yes, console))
     progress = run.Progress()
     try:
-        ctx = run.context(agent=agent, model=model, base_url=base_url, repo=repo, policy_file=policy_file,
-                          console=console, yes=yes, ask=_ask, cluster=cluster)
+        ctx = context(agent=agent, model=model, base_url=base_url, repo=repo, policy_file=policy_file,
+                      console=console, yes=yes, ask=_ask, cluster=cluster)
         state, outcomes = run.pipeline(ctx, op=op, resume=resume, trace=trace, progress=progress)
     except KeyboardInterrupt:
         raise typer.Exit(interrupted(progress)) from None
@@ -194,8 +207,8 @@ def nightly_cmd(
         token = os.environ.get("GITHUB_TOKEN")
         if open_pr and not token:
             raise UserError("--open-pr needs GITHUB_TOKEN in the environment")
-        ctx = run.context(agent=agent, model=model, base_url=base_url, repo=repo, policy_file=policy_file,
-                          console=console, yes=True, nightly=True, cluster=cluster)
+        ctx = context(agent=agent, model=model, base_url=base_url, repo=repo, policy_file=policy_file,
+                      console=console, yes=True, nightly=True, cluster=cluster)
         run.pipeline(ctx, op=op, resume=None, trace=trace, progress=progress)
         for o in progress.outcomes:
             if o.status != "committed":

@@ -42,13 +42,14 @@ def verify_command(op: str, candidate: Path, trace: Path | None = None, seed: in
         layout = paths.target()  # the signature is the incumbent's of the checkout verify runs in
         policy = policy_mod.for_checkout(layout.root, policy_file, flags=policy_mod.flags(cluster=cluster),
                                          uses=policy_mod.RUNS_CODE)
-        kernels_dir = None
+        kernels_dir = paths.INSTALLED_LAYOUT.kernels  # a checkout without this op: the installed project's
         if os.path.lexists(layout.kernels / f"{op}.py"):
             paths.read_python(layout.kernels / f"{op}.py", layout.root)
             kernels_dir = layout.checked_kernels()
         from autokernel.cluster import executor
         verify = executor(cluster, policy).verify  # gate.verify itself, or the same run as a Ray task
-        v = verify(op, candidate, shapes=shapes, seed=seed, policy=policy, kernels_dir=kernels_dir)
+        v = verify(op, candidate, shapes=shapes, seed=seed, policy=policy, kernels_dir=kernels_dir,
+                   run_dir=layout.run_dir("verify", op))
     except (OSError, UserError) as e:
         return _error(op, candidate, e, as_json)
     return _shown(v, as_json)

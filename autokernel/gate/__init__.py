@@ -8,10 +8,10 @@ from __future__ import annotations
 from autokernel.gate.verdict import REASONS, StageResult, Verdict
 
 
-def verify(op, candidate_path, *, shapes=None, seed=None, policy=None, run_dir=None, **kwargs) -> Verdict:
-    """See autokernel.gate.pipeline.verify."""
+def verify(op, candidate_path, **kwargs) -> Verdict:
+    """See autokernel.gate.pipeline.verify (run_dir and kernels_dir are the caller's to name)."""
     from autokernel.gate.pipeline import verify as _verify
-    return _verify(op, candidate_path, shapes=shapes, seed=seed, policy=policy, run_dir=run_dir, **kwargs)
+    return _verify(op, candidate_path, **kwargs)
 
 
 __all__ = ["REASONS", "StageResult", "Verdict", "verify"]

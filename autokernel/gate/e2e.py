@@ -381,16 +381,15 @@ def _sample_temperature() -> float:
     return draw(torch.Generator().manual_seed(secrets.randbits(63)), *TEMPERATURES, (TEMPERATURE, 1.0))
 
 
-def stage(op: str, candidate: Path, policy: Policy, job_dir: Path | None = None,
-          kernels_dir: Path | None = None, measured: dict | None = None,
+def stage(op: str, candidate: Path, policy: Policy, job_dir: Path | None = None, *,
+          kernels_dir: Path, measured: dict | None = None,
           deadline: Deadline = Deadline.none()) -> StageResult:
     """The gate's end-to-end stage for `candidate` (the gate's own copy of the file) in slot `op`. `measured`: the
     numeric stage's metrics (per-call times by shape), which size the job (plan) and its time limit (job_limits);
-    `deadline`: the gate's overall deadline, past which the job is cut. `kernels_dir`:
-    the target checkout's kernels/ (gate.verify always passes it); None, for a test calling the stage alone: the
-    installed project's (paths.INSTALLED_LAYOUT), resolved here once."""
+    `deadline`: the gate's overall deadline, past which the job is cut. `kernels_dir`: the target checkout's
+    kernels/, as gate.verify was given it (the caller resolves the checkout: autokernel.paths)."""
     t0 = time.perf_counter()
-    kernels_dir = Path(kernels_dir) if kernels_dir is not None else INSTALLED_LAYOUT.kernels
+    kernels_dir = Path(kernels_dir)
     job_dir = job_dir or candidate.parent / "e2e"  # the parent's evidence (sandbox.log); the candidate never sees it
     base = baseline(policy, kernels_dir)
     if not base["calls"].get(op) and policy.target.weights != "dequant":  # e.g. matmul with quantized weights

@@ -19,7 +19,6 @@ from autokernel.deadline import Deadline
 from autokernel.gate import numeric, static, thresholds
 from autokernel.gate.verdict import StageResult, Verdict
 from autokernel.ops import get
-from autokernel.paths import INSTALLED_LAYOUT
 from autokernel.policy import Policy
 
 MAX_PLAN_CASES = 600  # a thorough plan is ~100 cases (+ at most 48 threshold rows and gate.coverage_cases steered)
@@ -84,29 +83,22 @@ def _sandboxed(spec, copy: Path, job_dir: Path, policy: Policy, shapes, dtypes, 
     return [r for r in (runtime, num) if r is not None]
 
 
-def default_run_dir(op: str) -> Path:
-    """verify's run directory when its caller names none: sandbox/verify-<stamp>-<op>-<hex> (paths.run_name) of the
-    checkout here, or of the user's cache directory when there is none (paths.target, as the commands resolve it):
-    never the installed package's directory."""
-    from autokernel import paths
-    return paths.target().run_dir("verify", op)
-
-
-def verify(op: str, candidate_path: str | Path, *, shapes: list[dict] | None = None, seed: int | None = None,
-           policy: Policy | None = None, run_dir: str | Path | None = None,
+def verify(op: str, candidate_path: str | Path, *, run_dir: str | Path, kernels_dir: str | Path,
+           shapes: list[dict] | None = None, seed: int | None = None, policy: Policy | None = None,
            dtypes: list[torch.dtype] | None = None, dists: list[str] | None = None,
-           stages: Sequence[Stage] | None = None, kernels_dir: str | Path | None = None,
-           time_left_s: float | None = None) -> Verdict:
+           stages: Sequence[Stage] | None = None, time_left_s: float | None = None) -> Verdict:
     """Judge `candidate_path` as a replacement for kernels/<op>.py.
 
+    run_dir: where the job directory <op>-<sha256[:12]> goes (`autokernel verify` passes its layout's
+    sandbox/verify-<run_name>: paths.Layout.run_dir; the agent its session's directory). kernels_dir: the target
+    checkout's kernels/ (autokernel.paths), whose <op>.py gives the launcher signature and whose other kernels the
+    end-to-end engine runs. Both are the caller's: the commands resolve the checkout once, and verify never looks
+    one up (a test names the installed project's kernels/ itself).
     shapes: the traced shapes (default: the spec's model shapes); the spec's odd shapes and one larger shape are
     always added. policy: the checkout's (the commands and the agent pass policy.for_checkout's); None: the built-in
     defaults, Policy() (tests). seed: None draws a fresh secret one. dtypes/dists narrow the case grid (tests); the
     default is every dtype of the spec and every distribution. Raises KeyError for an unknown op, OSError for an
-    unreadable candidate (the command turns both into exit code 2). kernels_dir: the target checkout's kernels/
-    (autokernel.paths), whose <op>.py gives the launcher signature and whose other kernels the end-to-end engine
-    runs; None: the installed project's (paths.INSTALLED_LAYOUT), resolved here once and passed to every stage
-    (the default for callers that name no checkout: tests; the commands and the agent pass theirs). time_left_s:
+    unreadable candidate (the command turns both into exit code 2). time_left_s:
     the seconds left to the caller (an agent session's deadline, autokernel/agent/evaluate.py; None or inf: no
     limit), in seconds because verify may run on another machine (autokernel/cluster.py); each sandbox job then
     runs under the time left at its start, and a job cut by the deadline, or a deadline passed before a job, raises
@@ -119,11 +111,10 @@ def verify(op: str, candidate_path: str | Path, *, shapes: list[dict] | None = N
     source, sha = candidate.source, candidate.sha256
     seed = secrets.randbits(63) if seed is None else int(seed)
     policy = Policy() if policy is None else policy  # the documented default (docstring)
-    job_dir = Path(run_dir) if run_dir else default_run_dir(op)
-    job_dir = job_dir / f"{op}-{sha[:12]}"
+    job_dir = Path(run_dir) / f"{op}-{sha[:12]}"
     copy = candidate.write(job_dir)  # what the sandbox imports and later stages read: exactly the hashed bytes
     results: list[StageResult] = []
-    kernels = Path(kernels_dir) if kernels_dir is not None else INSTALLED_LAYOUT.kernels
+    kernels = Path(kernels_dir)
     results.append(_timed(functools.partial(static.check_source, policy=policy), source, op, kernels / f"{op}.py"))
     if results[-1].passed:
         results += _sandboxed(spec, copy, job_dir, policy, shapes, dtypes, dists, seed, source, deadline)

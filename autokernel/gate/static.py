@@ -22,7 +22,6 @@ from autokernel.gate import allowlist as A
 from autokernel.gate import static_common, static_decorators, static_host, static_kernel
 from autokernel.gate.static_facts import Facts, Finding  # re-exported: callers import them from here
 from autokernel.gate.verdict import StageResult
-from autokernel.paths import INSTALLED_LAYOUT
 
 if TYPE_CHECKING:
     from autokernel.policy import Policy
@@ -36,7 +35,7 @@ REASON_ORDER = ("static.syntax", "static.forbidden_import", "static.fallback", "
                 "static.signature")
 
 
-def check_file(path: Path, op: str, reference_launcher: Path | None = None, *,
+def check_file(path: Path, op: str, reference_launcher: Path, *,
                allow_inline_asm: bool = False) -> StageResult:
     try:
         data = Path(path).read_bytes()
@@ -45,19 +44,19 @@ def check_file(path: Path, op: str, reference_launcher: Path | None = None, *,
     return check_source(data, op, reference_launcher, allow_inline_asm=allow_inline_asm)
 
 
-def check_source(source: str | bytes, op: str, reference_launcher: Path | None = None, *,
+def check_source(source: str | bytes, op: str, reference_launcher: Path, *,
                  allow_inline_asm: bool = False, policy: Policy | None = None, relative: bool = False) -> StageResult:
     """Parse a candidate for kernels/<op>.py against the grammar; the first finding by REASON_ORDER is the verdict.
 
     reference_launcher: the incumbent kernels/<op>.py whose launcher signature the candidate must keep (the gate,
-    the bench and the targets pass the target checkout's; None: see find). policy (its gate.allow_inline_asm) or
-    allow_inline_asm: whether tl.inline_asm_elementwise is allowed (policy field gate.allow_inline_asm; off by
-    default). relative: a target checkout's kernel file (autokernel/target/contract.py), `op` its launcher: what
+    the bench and the targets pass the target checkout's; a path with no file there: see _reference). policy (its
+    gate.allow_inline_asm) or allow_inline_asm: whether tl.inline_asm_elementwise is allowed (off by default).
+    relative: a target checkout's kernel file (autokernel/target/contract.py), `op` its launcher: what
     the incumbent file itself does is excused (excused)."""
     if policy is not None:
         allow_inline_asm = policy.gate.allow_inline_asm
     findings = find(source, op, reference_launcher, allow_inline_asm=allow_inline_asm, relative=relative)
-    if relative and reference_launcher is not None:
+    if relative:
         findings = excused(findings, find(reference_launcher.read_bytes(), op, reference_launcher,
                                           allow_inline_asm=allow_inline_asm, relative=True))
     if not findings:
@@ -68,11 +67,11 @@ def check_source(source: str | bytes, op: str, reference_launcher: Path | None =
                             findings=[{"reason": f.reason, "line": f.line, "detail": f.detail} for f in findings])
 
 
-def find(source: str | bytes, op: str, reference_launcher: Path | None = None, *,
+def find(source: str | bytes, op: str, reference_launcher: Path, *,
          allow_inline_asm: bool = False, relative: bool = False) -> list[Finding]:
-    """Every finding, most telling first (REASON_ORDER, then line). reference_launcher None (a test checking a
-    source alone; every library caller passes its checkout's file): the installed project's kernels/<op>.py
-    (paths.INSTALLED_LAYOUT), resolved here once."""
+    """Every finding, most telling first (REASON_ORDER, then line). reference_launcher: the incumbent kernels/<op>.py
+    of the checkout the caller works on (the caller resolves it: autokernel.paths.Layout); none there: the op spec's
+    reference gives the signature."""
     if len(source) > MAX_SOURCE_BYTES:
         return [Finding("static.syntax", 0, f"{len(source)} bytes: larger than any kernel file "
                                             f"({MAX_SOURCE_BYTES} max)")]
@@ -82,8 +81,7 @@ def find(source: str | bytes, op: str, reference_launcher: Path | None = None, *
         return [Finding("static.syntax", e.lineno or 0, f"does not parse: {e.msg}")]
     except (ValueError, RecursionError, MemoryError) as e:
         return [Finding("static.syntax", 0, f"does not parse: {type(e).__name__}")]
-    incumbent = _incumbent(reference_launcher if reference_launcher is not None
-                           else INSTALLED_LAYOUT.kernels / f"{op}.py")
+    incumbent = _incumbent(Path(reference_launcher))
     facts = Facts(op=op, allow_inline_asm=allow_inline_asm, reference=_reference(op, incumbent), relative=relative,
                   reinterpret=static_common.reinterpretations(incumbent) if incumbent else frozenset())
     try:

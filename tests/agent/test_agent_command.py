@@ -127,9 +127,9 @@ def test_the_agent_command_exits_2_on_bad_input(capsys, monkeypatch):
 
 def test_the_search_steps_on_the_policys_bench_bar(tmp_path, monkeypatch):
     """make_model gives the offline search the policy's bench.min_speedup (its step bar is the commit's bar) from
-    both entry points: agent.command.run_session and run.context."""
-    from autokernel import run
+    both entry points: agent.command.run_session and run.context (through the run command's lookup)."""
     from autokernel.agent import command
+    from autokernel.cli import run
     from autokernel.policy import Bench
     m = command.make_model(Policy().agent, bench=Bench(min_speedup=1.37), interpreter=True)
     assert m.min_speedup == 1.37 and m.interpreter is True

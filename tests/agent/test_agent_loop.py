@@ -198,8 +198,9 @@ def test_a_cut_off_reply_runs_none_of_its_tool_calls(tmp_path, rmsnorm_prompt):
 def test_every_static_finding_budget_slack_and_kl_reach_the_model(tmp_path, rmsnorm_prompt):
     """The feedback carries what the gate measured, built from real Verdicts through the real from_verdict."""
     from autokernel.gate import static
+    from autokernel.paths import INSTALLED_LAYOUT
     bad = CHEAT.replace("import torch\n", "import torch\nimport os\n") + "\nX = eval('1')\n"
-    findings = static.check_source(bad, "rmsnorm")
+    findings = static.check_source(bad, "rmsnorm", INSTALLED_LAYOUT.kernels / "rmsnorm.py")
     assert not findings.passed and len(findings.metrics["findings"]) >= 2
     good_stages = [StageResult.ok("static"), StageResult.ok("runtime", isolation="bwrap"),
                    StageResult.ok("numeric", worst_error_ratio={"float32": 0.31, "bfloat16": 0.52}, cases=12),

@@ -181,13 +181,13 @@ def test_every_proposal_passes_the_static_stage(op):
     num_warps / num_stages included) is a file the real static stage accepts, as the incumbent is."""
     from autokernel.gate import static
     src = (KERNELS / f"{op}.py").read_text()
-    assert static.check_source(src, op).passed
+    assert static.check_source(src, op, KERNELS / f"{op}.py").passed
     knobs = find_knobs(src)
     proposals = [apply(src, knobs, {k.name: k.choices[j]}) for k in knobs
                  for j in (k.choices.index(k.default) - 1, k.choices.index(k.default) + 1) if 0 <= j < len(k.choices)]
     assert proposals or op == "rmsnorm"
     for p in proposals:
-        verdict = static.check_source(p, op)
+        verdict = static.check_source(p, op, KERNELS / f"{op}.py")
         assert verdict.passed, (op, verdict.reason, verdict.detail)
 
 
@@ -216,7 +216,7 @@ class PlantedScorer(WholeEvaluator):
             self.now[0] += self.clock_step_s
         self.sources.append(source)
         self.blocks.append(find_knobs(source, launch_options=False)[0].default)
-        verdict = static.check_source(source, op)
+        verdict = static.check_source(source, op, KERNELS / f"{op}.py")
         if not verdict.passed:
             return Feedback(op, sha256(source), "rejected",
                             reasons=[{"stage": "static", "code": verdict.reason, "detail": verdict.detail}])

@@ -13,9 +13,10 @@ from agent_helpers import GOOD
 from rich.console import Console
 
 import autokernel.bench.measure as bench_measure
-from autokernel import cluster, gate, paths, run
+from autokernel import cluster, gate, paths
 from autokernel.agent.evaluate import SandboxEvaluator
 from autokernel.bench.measure import FileResult, Measurement
+from autokernel.cli import run as run_cli
 from autokernel.gate.verdict import StageResult, Verdict
 from autokernel.policy import Policy
 from autokernel.sandbox import orphans
@@ -70,8 +71,8 @@ def test_run_context_wires_the_cluster(monkeypatch, tmp_path):
     fake = FakeCluster()
     seen = []
     monkeypatch.setattr(cluster, "connect", lambda address, policy: seen.append(address) or fake)
-    ctx = run.context(agent="search", model=None, base_url=None, repo=ROOT, policy_file=None,
-                      console=Console(file=io.StringIO()), cluster="ray://head:10001")
+    ctx = run_cli.context(agent="search", model=None, base_url=None, repo=ROOT, policy_file=None,
+                          console=Console(file=io.StringIO()), cluster="ray://head:10001")
     assert seen == ["ray://head:10001"] and ctx.executor is fake.pool  # agent/workers.py gates on the cluster
     ev = ctx.make_evaluator(tmp_path, ctx.policy, None, ctx.layout)
     assert ev.executor is fake

@@ -18,6 +18,7 @@ import torch
 from autokernel.deadline import Deadline
 from autokernel.gate import StageResult, Verdict, numeric, thresholds, verify
 from autokernel.ops import get
+from autokernel.paths import INSTALLED_LAYOUT
 from autokernel.policy import Policy
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -81,7 +82,7 @@ def e2e_fails(op: str, candidate: Path, policy: Policy, *, kernels_dir: Path | N
 def full(fx: Fixture, run_dir: Path, stages=None) -> Verdict:
     """The whole gate on the quick grid (the e2e stage: tests/gate/test_gate_e2e.py)."""
     return verify(fx.op, fx.path, run_dir=run_dir, shapes=QUICK_SHAPES.get(fx.op), dtypes=QUICK_DTYPES,
-                  dists=fx.dists, stages=[] if stages is None else stages,
+                  dists=fx.dists, stages=[] if stages is None else stages, kernels_dir=INSTALLED_LAYOUT.kernels,
                   policy=Policy(gate={"max_rows": fx.max_rows}))
 
 

@@ -17,7 +17,8 @@ FIXTURES = Path(__file__).parent / "fixtures" / "rmsnorm"
 @pytest.fixture(autouse=True)
 def _in_tmp(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # verdicts land in sandbox/ under the project; no policies.yaml here
-    monkeypatch.setattr("autokernel.gate.pipeline.default_run_dir", lambda op: tmp_path / "runs" / op)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # no checkout here: the runs go to the user cache
+    monkeypatch.setenv("COLUMNS", "240")  # the summary's verdict.json path (under tmp_path) on one line
 
 
 def test_unknown_op_and_missing_file_are_bad_input(capsys):

@@ -15,6 +15,7 @@ from gate_fixtures import QUICK_DTYPES, QUICK_SHAPES, fixtures
 
 from autokernel.gate import schedule, thresholds, verify
 from autokernel.ops import get
+from autokernel.paths import INSTALLED_LAYOUT
 from autokernel.policy import Policy
 
 COV = [f for f in fixtures() if f.path.stem.startswith("cov_")]
@@ -154,7 +155,7 @@ def test_a_range_case_at_the_models_own_dimensions():
 
 def _old_gate(fx, tmp_path, coverage: bool = False):
     return verify(fx.op, fx.path, run_dir=tmp_path / f"{fx.path.stem}-{coverage}", shapes=QUICK_SHAPES.get(fx.op),
-                  dtypes=QUICK_DTYPES, dists=fx.dists, stages=[],
+                  dtypes=QUICK_DTYPES, dists=fx.dists, stages=[], kernels_dir=INSTALLED_LAYOUT.kernels,
                   policy=Policy(gate={"max_rows": 0, "require_coverage": coverage}))
 
 

@@ -9,6 +9,7 @@ import pytest
 from gate_fixtures import QUICK_DTYPES, QUICK_SHAPES, fixtures, module_jobs, params, runtime_only
 
 from autokernel.gate import verify
+from autokernel.paths import INSTALLED_LAYOUT
 from autokernel.policy import Policy
 
 DEFENCE = [f for f in fixtures() if f.runtime_expect]
@@ -33,7 +34,7 @@ def test_nondeterminism_is_a_policy_switch(tmp_path):
     fx = next(f for f in fixtures() if f.path.stem == "num_atomic_sum")
     policy = Policy(gate=Gate(require_bitwise_determinism=False, max_rows=0))
     v = verify(fx.op, fx.path, run_dir=tmp_path, shapes=QUICK_SHAPES[fx.op], dtypes=QUICK_DTYPES, dists=fx.dists,
-               stages=[], policy=policy)
+               stages=[], policy=policy, kernels_dir=INSTALLED_LAYOUT.kernels)
     assert v.accepted, v.detail
     assert "nondeterminism allowed by policy" in v.stages[2].detail
 
@@ -47,7 +48,8 @@ def test_every_autotune_config_is_judged_at_every_shape(tmp_path, monkeypatch):
     from autokernel.gate import coverage
     fx = next(f for f in fixtures() if f.id == "rmsnorm/autotune_wrong_config")
     run = lambda d: verify(fx.op, fx.path, run_dir=d, shapes=QUICK_SHAPES[fx.op], dtypes=QUICK_DTYPES,  # noqa: E731
-                           dists=fx.dists, stages=[], policy=Policy(gate={"max_rows": fx.max_rows}), seed=30)
+                           dists=fx.dists, stages=[], policy=Policy(gate={"max_rows": fx.max_rows}), seed=30,
+                           kernels_dir=INSTALLED_LAYOUT.kernels)
     v = run(tmp_path / "every")
     assert not v.accepted and v.reason == "numeric.mismatch" and "autotune config #2" in v.detail, v.detail
     monkeypatch.setattr(coverage, "autotune_variants", lambda source: 1)
@@ -63,7 +65,8 @@ def test_a_threshold_past_the_cpu_cap_is_crossed(tmp_path, monkeypatch):
     monkeypatch.setattr(numeric, "REACH_BUDGET_S", 1e9)
     fx = next(f for f in fixtures() if f.id == "rmsnorm/reach_m_window_past_cap")
     run = lambda d: verify(fx.op, fx.path, run_dir=d, shapes=QUICK_SHAPES[fx.op], dtypes=QUICK_DTYPES,  # noqa: E731
-                           dists=fx.dists, stages=[], policy=Policy(gate={"max_rows": fx.max_rows}))
+                           dists=fx.dists, stages=[], policy=Policy(gate={"max_rows": fx.max_rows}),
+                           kernels_dir=INSTALLED_LAYOUT.kernels)
     v = run(tmp_path / "crossed")
     assert not v.accepted and v.reason == "numeric.mismatch" and "M=110" in v.detail, v.detail
     monkeypatch.setattr(numeric, "_past_cap", lambda *a, **k: ([], []))
@@ -85,7 +88,8 @@ def test_a_secret_size_per_octave_past_the_cpu_cap(tmp_path, monkeypatch):
     path.write_text(src.replace("keep = 1 - (M // 1100) % 2", "keep = 1 - (M // (N + N // 2)) % 2"))
     monkeypatch.setattr(numeric, "REACH_BUDGET_S", 1e9)
     run = lambda d: verify("rmsnorm", path, run_dir=d, shapes=[{"M": 4, "N": 64}], dtypes=QUICK_DTYPES,  # noqa: E731
-                           dists=["normal"], stages=[], policy=Policy(gate={"max_rows": 6000}), seed=2)
+                           dists=["normal"], stages=[], policy=Policy(gate={"max_rows": 6000}), seed=2,
+                           kernels_dir=INSTALLED_LAYOUT.kernels)
     v = run(tmp_path / "sampled")
     assert not v.accepted and v.reason == "numeric.mismatch", v.detail
     assert "M=3395," in v.detail or "M=5367," in v.detail, v.detail  # both in the window: which job reports first

@@ -10,9 +10,11 @@ import pytest
 
 from autokernel.deadline import Deadline
 from autokernel.gate import e2e
+from autokernel.paths import INSTALLED_LAYOUT
 from autokernel.policy import Policy
 
 ROOT = Path(__file__).parents[2]
+KERNELS = INSTALLED_LAYOUT.kernels  # the checkout the stage judges against: the installed project's
 # One xdist worker: the baseline these tests share is computed once and cached in the user cache (gate/e2e.py _cache).
 pytestmark = pytest.mark.xdist_group("e2e_baseline")  # the slow tests are marked one by one
 
@@ -29,7 +31,7 @@ def job(tmp_path_factory):
 @pytest.mark.slow
 def test_incumbent_passes_and_floor_is_reported(job):
     shutil.copy(ROOT / "kernels" / "rmsnorm.py", job / "rmsnorm.py")
-    r = e2e.stage("rmsnorm", job / "rmsnorm.py", Policy())
+    r = e2e.stage("rmsnorm", job / "rmsnorm.py", Policy(), kernels_dir=KERNELS)
     print(f"e2e incumbent rmsnorm: {r.detail}; noise floor {r.metrics.get('noise_floor')}")
     assert r.passed, r.detail
     assert r.metrics["calls_judged"] >= 2  # the first call of the prefill and of the decode steps at least
@@ -45,7 +47,7 @@ def test_known_bad_perturbation_fails(job):
     # One prompt, 4 greedy tokens, every call site (no measured times: the full plan): the check at its smallest
     # prompt set still sees it (KL mean 0.54 nats over the default three prompts and 16 tokens).
     policy = Policy(e2e={"prompts": Policy().e2e.prompts[:1], "max_new_tokens": 4})
-    r = e2e.stage("add_rmsnorm", job / "add_rmsnorm.py", policy)
+    r = e2e.stage("add_rmsnorm", job / "add_rmsnorm.py", policy, kernels_dir=KERNELS)
     print(f"e2e perturbed add_rmsnorm: {r.reason}: {r.detail}")
     assert not r.passed and r.reason in ("e2e.kl_exceeded", "e2e.top1")
 
@@ -94,7 +96,7 @@ def test_each_captured_call_is_judged_as_the_numeric_stage_judges(monkeypatch, j
         _fake_job(monkeypatch, _base(list(range(3, 3 + n - 2))), {"new": [list(range(3, 3 + n - 2))],
                   "lengths": [n], "logits_tensor": torch.zeros(n, 4), "calls": calls})
         (job / "x.py").write_text("")
-        r = e2e.stage("rmsnorm", job / "x.py", Policy())
+        r = e2e.stage("rmsnorm", job / "x.py", Policy(), kernels_dir=KERNELS)
         assert not r.passed and r.reason == reason, r
     assert "blk.0.attn_norm (x (2, 3, 576) float32" in e2e.judge_calls("rmsnorm", _saved([_rmsnorm_call(1e-3)]))[1]
 
@@ -112,7 +114,7 @@ def test_a_cheat_only_productions_calls_show_is_rejected(job, op, name):
     """Precision cut only for what the engine sends (a 3-D x; int64 ids), exact on the numeric stage's inputs, and
     too small for the KL limits: the captured calls catch it. embedding is called only with dequantized weights."""
     shutil.copy(ROOT / "tests" / "gate" / "e2e_fixtures" / f"{name}.py", job / f"{op}.py")
-    r = e2e.stage(op, job / f"{op}.py", Policy(e2e={"max_new_tokens": 4}))
+    r = e2e.stage(op, job / f"{op}.py", Policy(e2e={"max_new_tokens": 4}), kernels_dir=KERNELS)
     print(f"e2e {name}: {r.reason}: {r.detail}")
     assert not r.passed and r.reason == "e2e.call_mismatch" and "numeric.mismatch" in r.detail, r
 
@@ -123,7 +125,7 @@ def test_repetition_guard(monkeypatch, job):
     _fake_job(monkeypatch, _base([5, 6, 7, 8]), {"new": [[9, 9, 9, 9]], "lengths": [6],
                                                  "logits_tensor": torch.zeros(6, 4)})
     (job / "x.py").write_text("")
-    r = e2e.stage("rmsnorm", job / "x.py", Policy())
+    r = e2e.stage("rmsnorm", job / "x.py", Policy(), kernels_dir=KERNELS)
     assert not r.passed and r.reason == "e2e.degenerate_repetition", r
 
 
@@ -136,7 +138,7 @@ def test_decode_steps_are_compared_while_the_tokens_agree(monkeypatch, job):
     bad[4] = torch.tensor([0.0, 0.0, 9.0, 0.0])  # the step fed tokens 1..3 (all agreeing) is far off
     _fake_job(monkeypatch, base, {"new": [[3, 1, 2, 0]], "lengths": [6], "logits_tensor": bad})
     (job / "x.py").write_text("")
-    r = e2e.stage("rmsnorm", job / "x.py", Policy())
+    r = e2e.stage("rmsnorm", job / "x.py", Policy(), kernels_dir=KERNELS)
     assert not r.passed and r.reason == "e2e.kl_exceeded" and r.metrics["decode_positions"] == 4, r
 
 
@@ -235,9 +237,9 @@ def test_the_gate_deadline_caps_every_job_and_a_cut_is_no_verdict(monkeypatch, t
     monkeypatch.setattr(pipeline.numeric, "run", numeric_run)
     fx = ROOT / "tests" / "gate" / "fixtures" / "rmsnorm" / "legit_multi_row.py"
     with pytest.raises(TimeoutError):
-        verify("rmsnorm", fx, run_dir=tmp_path, stages=[stage], time_left_s=0.5)
+        verify("rmsnorm", fx, run_dir=tmp_path, kernels_dir=KERNELS, stages=[stage], time_left_s=0.5)
     assert seen["numeric_timeout_s"] <= 0.5 and seen["deadline"].left() <= 0.5
-    v = verify("rmsnorm", fx, run_dir=tmp_path, stages=[stage])  # no deadline: the job's own limit, a verdict
+    v = verify("rmsnorm", fx, run_dir=tmp_path, kernels_dir=KERNELS, stages=[stage])  # no deadline: a verdict
     assert v.reason == "sandbox.timeout" and seen["deadline"] == Deadline.none()
     assert seen["numeric_timeout_s"] == Policy().sandbox.timeout_s
 
@@ -278,7 +280,7 @@ def _stage_with(monkeypatch, job, base: dict, calls: list, op: str = "rmsnorm", 
         return fake(entry, payload, *a, **k)
     monkeypatch.setattr(e2e.sandbox, "run", run)
     (job / f"{op}.py").write_text("")
-    return e2e.stage(op, job / f"{op}.py", policy), seen.get("payload")
+    return e2e.stage(op, job / f"{op}.py", policy, kernels_dir=KERNELS), seen.get("payload")
 
 
 def test_the_first_call_of_every_call_site_is_captured():
@@ -367,7 +369,7 @@ def test_a_shortcut_on_the_final_norm_alone_is_judged(job):
     """Exact everywhere but at the final norm (told apart by its gains): its first decode call is always judged. Before,
     only a phase's first call and ~5% of the others were (it passed the KL limits; accepted unless drawn)."""
     shutil.copy(ROOT / "tests" / "gate" / "e2e_fixtures" / "add_rmsnorm_final_norm.py", job / "add_rmsnorm.py")
-    r = e2e.stage("add_rmsnorm", job / "add_rmsnorm.py", Policy(e2e={"max_new_tokens": 4}))
+    r = e2e.stage("add_rmsnorm", job / "add_rmsnorm.py", Policy(e2e={"max_new_tokens": 4}), kernels_dir=KERNELS)
     print(f"e2e add_rmsnorm_final_norm: {r.reason}: {r.detail}")
     assert not r.passed and r.reason == "e2e.call_mismatch" and "at output_norm" in r.detail, r
 
@@ -377,6 +379,6 @@ def test_the_projects_softmax_passes_end_to_end(job):
     """Every softmax kernel, the project's own included, was rejected: 'the candidate engine returned no call of the
     candidate'. Now its calls in the sampled pass are judged."""
     shutil.copy(ROOT / "kernels" / "softmax.py", job / "softmax.py")
-    r = e2e.stage("softmax", job / "softmax.py", Policy(e2e={"max_new_tokens": 4}))
+    r = e2e.stage("softmax", job / "softmax.py", Policy(e2e={"max_new_tokens": 4}), kernels_dir=KERNELS)
     print(f"e2e incumbent softmax: {r.detail}")
     assert r.passed and r.metrics["sampled_pass"] and r.metrics["calls_judged"] >= 1, r

@@ -8,6 +8,7 @@ import torch
 
 from autokernel.gate import verify
 from autokernel.ops import get
+from autokernel.paths import INSTALLED_LAYOUT
 from autokernel.policy import Policy
 
 FIXTURE = Path(__file__).parent / "layout_fixtures" / "rope_contiguous_coarse_far.py"
@@ -24,5 +25,6 @@ def test_a_rope_kernel_keyed_on_the_engines_layout_is_rejected(tmp_path):
     # a fixed seed, so that the test is deterministic; a fresh secret one catches it unless every far-position case
     # draws the slice (1 in 2^cases)
     v = verify("rope", FIXTURE, seed=7, run_dir=tmp_path, shapes=[{"B": 2, "T": 5, "H": 9, "D": 64}],
-               dtypes=[torch.float32], dists=["normal"], stages=[], policy=Policy(gate={"max_rows": 0}))
+               dtypes=[torch.float32], dists=["normal"], stages=[], policy=Policy(gate={"max_rows": 0}),
+               kernels_dir=INSTALLED_LAYOUT.kernels)
     assert not v.accepted and v.reason == "numeric.mismatch", (v.reason, v.detail)

@@ -15,6 +15,7 @@ from gate_fixtures import e2e_fails, fixtures, full, module_jobs, params
 from autokernel.gate import StageResult, Verdict, judge, numeric, schedule, verify
 from autokernel.ops import get
 from autokernel.ops.tolerance import References
+from autokernel.paths import INSTALLED_LAYOUT
 from autokernel.policy import Policy
 
 PROJECT = Path(__file__).resolve().parents[2]
@@ -52,13 +53,13 @@ def test_stage_hook_skipped_after_a_failure(tmp_path):
         return StageResult.ok("e2e")
 
     fx = next(f for f in fixtures() if f.path.stem == "call_torch_rsqrt")
-    v = verify(fx.op, fx.path, run_dir=tmp_path, stages=[stage])
+    v = verify(fx.op, fx.path, run_dir=tmp_path, kernels_dir=INSTALLED_LAYOUT.kernels, stages=[stage])
     assert v.reason == "static.forbidden_call" and seen == [] and [s.name for s in v.stages] == ["static"]
 
 
 def test_verdict_is_a_plain_json_value(tmp_path):
     fx = next(f for f in fixtures() if f.path.stem == "fallback_try_except")
-    v = verify(fx.op, fx.path, run_dir=tmp_path, seed=7)
+    v = verify(fx.op, fx.path, run_dir=tmp_path, kernels_dir=INSTALLED_LAYOUT.kernels, seed=7)
     on_disk = Verdict.from_dict(__import__("json").loads((Path(v.run_dir) / "verdict.json").read_text()))
     assert on_disk.to_dict() == v.to_dict()
     d = v.to_dict()

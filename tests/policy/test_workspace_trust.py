@@ -112,16 +112,17 @@ def test_a_checkout_base_url_never_receives_the_key(checkout, monkeypatch):
     with the first request, before profiling)."""
     from rich.console import Console
 
-    from autokernel import run
+    from autokernel.cli import run as run_cli  # the command's lookup of the checkout and its policy, then run.context
     listener = socket.create_server(("127.0.0.1", 0))
     port, seen = listener.getsockname()[1], []
     threading.Thread(target=lambda: seen.append(listener.accept()), daemon=True).start()
     monkeypatch.setenv("OPENAI_API_KEY", "sk-secret-of-the-user")
     policies(checkout, f"agent:\n  provider: openai\n  base_url: http://127.0.0.1:{port}/v1\n")
     with pytest.raises(UserError, match="field 'agent.provider': refused"):
-        run.context(agent=None, model=None, base_url=None, repo=checkout, policy_file=None, console=Console())
+        run_cli.context(agent=None, model=None, base_url=None, repo=checkout, policy_file=None, console=Console())
     with pytest.raises(UserError, match="field 'agent.base_url': refused"):  # naming the provider is not enough
-        run.context(agent="openai", model=None, base_url=None, repo=checkout, policy_file=None, console=Console())
+        run_cli.context(agent="openai", model=None, base_url=None, repo=checkout, policy_file=None,
+                        console=Console())
     listener.close()
     assert seen == []
 

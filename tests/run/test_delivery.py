@@ -14,6 +14,7 @@ from rich.console import Console
 
 from autokernel import git as delivery
 from autokernel import paths, run
+from autokernel.cli import run as run_cli
 from autokernel.errors import UserError
 from autokernel.policy import Policy
 
@@ -156,8 +157,8 @@ def test_repo_without_an_autokernel_layout_is_refused(tmp_path):
     git.Repo.init(tmp_path / "other")
     (tmp_path / "other" / "src").mkdir()
     with pytest.raises(UserError, match=r"not an autokernel checkout") as e:
-        run.context(agent="search", model=None, base_url=None, repo=tmp_path / "other", policy_file=None,
-                    console=Console(file=io.StringIO()))
+        run_cli.context(agent="search", model=None, base_url=None, repo=tmp_path / "other", policy_file=None,
+                        console=Console(file=io.StringIO()))
     assert "\n" not in str(e.value)
 
 
@@ -177,8 +178,8 @@ def test_unreachable_base_url_is_refused_before_profiling(clone, monkeypatch):
     from autokernel.profile import profiler
     monkeypatch.setattr(profiler, "profile", lambda **kw: pytest.fail("profiled before checking the server"))
     with pytest.raises(UserError, match=f"127.0.0.1:{port}") as e:
-        run.context(agent="openai", model="m", base_url=f"http://127.0.0.1:{port}/v1",
-                    repo=Path(clone.working_tree_dir), policy_file=None, console=Console(file=io.StringIO()))
+        run_cli.context(agent="openai", model="m", base_url=f"http://127.0.0.1:{port}/v1",
+                        repo=Path(clone.working_tree_dir), policy_file=None, console=Console(file=io.StringIO()))
     assert "\n" not in str(e.value)
 
 
@@ -187,5 +188,5 @@ def test_missing_key_is_refused_before_profiling(clone, monkeypatch):
     from autokernel.profile import profiler
     monkeypatch.setattr(profiler, "profile", lambda **kw: pytest.fail("profiled before checking the key"))
     with pytest.raises(UserError, match="OPENAI_API_KEY"):
-        run.context(agent="openai", model=None, base_url=None, repo=Path(clone.working_tree_dir), policy_file=None,
-                    console=Console(file=io.StringIO()))
+        run_cli.context(agent="openai", model=None, base_url=None, repo=Path(clone.working_tree_dir),
+                        policy_file=None, console=Console(file=io.StringIO()))

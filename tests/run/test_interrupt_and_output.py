@@ -67,9 +67,9 @@ def test_the_server_s_models_are_listed_once_per_run(clone, tmp_path, monkeypatc
     mine = tmp_path / "mine.yaml"  # --policy: the user's own file may set workers
     mine.write_text("agent:\n  workers: 3\n")
     with FakeAPI([], models=("served-model", "other")) as api:
-        ctx = run.context(agent="openai", model=None, base_url=f"{api.base_url}/v1", repo=clone.working_tree_dir,
-                          policy_file=mine, console=Console(file=io.StringIO()),
-                          make_evaluator=lambda op_dir, *a: StubEvaluator(op_dir))
+        ctx = run_cli.context(agent="openai", model=None, base_url=f"{api.base_url}/v1", repo=clone.working_tree_dir,
+                              policy_file=mine, console=Console(file=io.StringIO()),
+                              make_evaluator=lambda op_dir, *a: StubEvaluator(op_dir))
         models = command.worker_models(ctx.llm, ctx.settings)
     assert [m.model for m in models] == ["served-model"] * 3
     assert [r.path for r in api.requests] == ["/v1/models"]

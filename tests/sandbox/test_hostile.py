@@ -300,7 +300,7 @@ def _verify(world, name: str, monkeypatch, *, static: bool):
     policy = Policy(sandbox=LIMITS)
     run_dir = world["root"] / f"verify-{name.removesuffix('.py')}-{'static' if static else 'nostatic'}"
     v = pipeline.verify("rmsnorm", HOSTILE / name, policy=policy, run_dir=run_dir, stages=[],
-                        dtypes=[torch.float32], dists=["normal"])
+                        dtypes=[torch.float32], dists=["normal"], kernels_dir=INSTALLED / "kernels")
     job = Path(v.run_dir)
     assert (job / "verdict.json").is_file() and not (job / "verdict.json").is_symlink()
     assert_contained(world, sandbox.SandboxResult(True, None, v.to_json()), job, ran=False)

@@ -26,9 +26,10 @@ from autokernel.sandbox import bwrap
 SCRIPT = """
 import json, torch, autokernel
 from autokernel.gate import verify
+from autokernel.paths import INSTALLED_LAYOUT
 from autokernel.policy import Policy
 v = verify("rmsnorm", "kernels/rmsnorm.py", stages=[], dtypes=[torch.float32], dists=["normal"], run_dir={runs!r},
-           policy=Policy(gate={{"max_rows": 0}}))
+           kernels_dir=INSTALLED_LAYOUT.kernels, policy=Policy(gate={{"max_rows": 0}}))
 d = json.loads(v.to_json())
 iso = [s.get("metrics", s).get("isolation") for s in d["stages"] if "isolation" in json.dumps(s)]
 print(json.dumps({{"file": autokernel.__file__, "verdict": v.verdict, "isolation": iso}}))
