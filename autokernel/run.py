@@ -38,6 +38,7 @@ from autokernel.untrusted import fenced, inert, line, markup, plain
 
 if TYPE_CHECKING:
     from autokernel.agent.evaluate import Evaluator, Feedback
+    from autokernel.candidate import Candidate
 
 
 @dataclass
@@ -117,30 +118,30 @@ class Shown:
             if mine:
                 self.live.release()
 
-    def evaluate(self, op: str, source: str, deadline: Deadline = Deadline.none()) -> Feedback:
-        with self.status(f"[cyan]{op}[/]: candidate {next(self.n)}: sandbox → gate → bench …"):
-            return self.shown(self.inner.evaluate(op, source, deadline))
+    def evaluate(self, candidate: Candidate, deadline: Deadline = Deadline.none()) -> Feedback:
+        with self.status(f"[cyan]{candidate.op}[/]: candidate {next(self.n)}: sandbox → gate → bench …"):
+            return self.shown(self.inner.evaluate(candidate, deadline))
 
-    def gate(self, op: str, source: str, deadline: Deadline = Deadline.none()) -> Feedback:
-        with self.status(f"[cyan]{op}[/]: candidate {next(self.n)}: sandbox → gate …"):
-            fb = self.inner.gate(op, source, deadline)
+    def gate(self, candidate: Candidate, deadline: Deadline = Deadline.none()) -> Feedback:
+        with self.status(f"[cyan]{candidate.op}[/]: candidate {next(self.n)}: sandbox → gate …"):
+            fb = self.inner.gate(candidate, deadline)
         return fb if fb.verdict == "accepted" else self.shown(fb)
 
-    def bench(self, op: str, source: str, feedback: Feedback, deadline: Deadline = Deadline.none()) -> Feedback:
-        with self.status(f"[cyan]{op}[/]: candidate {feedback.sha256[:8]} passed the gate: bench …"):
-            return self.shown(self.inner.bench(op, source, feedback, deadline))
+    def bench(self, candidate: Candidate, feedback: Feedback, deadline: Deadline = Deadline.none()) -> Feedback:
+        with self.status(f"[cyan]{candidate.op}[/]: candidate {feedback.sha256[:8]} passed the gate: bench …"):
+            return self.shown(self.inner.bench(candidate, feedback, deadline))
 
-    def check(self, op: str, source: str, deadline: Deadline = Deadline.none()) -> dict | None:
-        return self.inner.check(op, source, deadline)
+    def check(self, candidate: Candidate, deadline: Deadline = Deadline.none()) -> dict | None:
+        return self.inner.check(candidate, deadline)
 
     def shown(self, fb: Feedback) -> Feedback:
         colour = "green" if fb.accepted else "red" if fb.verdict != "accepted" else "yellow"
         self.console.print(f"  [cyan]{fb.op}[/] candidate {fb.sha256[:8]}: [{colour}]{markup(fb.summary, 400)}[/]")
         return fb
 
-    def confirm(self, op: str, source: str):  # -> bench.measure.Measurement
-        with self.console.status(f"[cyan]{op}[/]: confirming the win with a fresh benchmark …"):
-            return self.inner.confirm(op, source)
+    def confirm(self, candidate: Candidate):  # -> bench.measure.Measurement
+        with self.console.status(f"[cyan]{candidate.op}[/]: confirming the win with a fresh benchmark …"):
+            return self.inner.confirm(candidate)
 
 
 def sandbox_evaluator(op_dir: Path, policy, trace: str | None, layout: paths.Layout, executor=None):
@@ -268,9 +269,9 @@ def finish_unbenched(op: str, done: dict, state: RunState, ctx: Context) -> OpOu
         fb = Feedback(**{**{k: v for k, v in u["feedback"].items() if k in fields},
                          "path": str(candidate.write(op_dir / f"resume-{digest[:8]}"))})
         ctx.console.print(f"  [cyan]{op}[/] candidate {fb.sha256[:8]} passed the gate in this run: benchmarking it")
-        fb = evaluator.bench(op, candidate.text, fb)
+        fb = evaluator.bench(candidate, fb)
         ledger.record(fb, run=state.run_dir.name, candidate=candidate)
-        timed.append((Submission(candidate.text, fb), u))
+        timed.append((Submission(candidate, fb), u))
     wins = [(c, u) for c, u in timed if c.feedback.accepted]
     if not wins:
         return OpOutcome(op, "no_improvement", f"{len(timed)} candidate(s) that passed the gate were benchmarked "
@@ -286,17 +287,17 @@ def _deliver_best(op: str, best, provenance: dict, rationale: str, evaluator, in
     the time left (`deadline`, the session's) allows (engine_ab), staged, shown, committed; unless the same
     kernels/<op>.py is already a branch's tip over this base (then nothing is done twice)."""
     from autokernel import git as delivery
-    from autokernel.agent.evaluate import gate_record, sha256
+    from autokernel.agent.evaluate import gate_record
     from autokernel.git import deliver as deliver_mod
     from autokernel.git import report
 
     pol, console = ctx.policy, ctx.console
     fb = best.feedback
-    assert sha256(best.source) == fb.sha256, "the winning source is not the one the gate judged"
+    assert best.candidate.sha256 == fb.sha256, "the winning source is not the one the gate judged"
     if pol.git.commit and (d := delivery.delivered(ctx.layout.root, f"kernels/{op}.py", best.source.encode(),
                                                    pol.git.branch_prefix)):
         return _already(op, {"branch": d.branch, "commit": d.sha})
-    m = evaluator.confirm(op, best.source)
+    m = evaluator.confirm(best.candidate)
     if not m.files[-1].accepted:
         c = m.files[-1]
         got = f"{c.speedup.est:.3f}x [{c.speedup.lo:.3f}, {c.speedup.hi:.3f}]; " if c.speedup else ""

@@ -7,7 +7,7 @@ its odd shapes and a larger one), the first dtype, the first value distribution,
 and no end-to-end stage, no benchmark. It runs the same gate.verify as a submission, so a check can only be stricter
 than nothing and never weaker than the gate on the cases it runs; passing it promises nothing about the full gate.
 
-    quick_check(op, source, ...) -> dict   the sandboxed part (SandboxEvaluator.check calls it)
+    quick_check(candidate, ...) -> dict    the sandboxed part (SandboxEvaluator.check calls it)
     CheckTool(evaluator.check, policy, replies)(op, args, deadline) -> the loop's handler: budgets, the reply text
 """
 from __future__ import annotations
@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Callable
 
 from autokernel import ops as opspecs
+from autokernel.candidate import Candidate
 from autokernel.deadline import Deadline
 from autokernel.policy import Agent as AgentPolicy
 from autokernel.policy import Policy
@@ -43,15 +44,14 @@ def quick_shapes(op: str, shapes: list[dict] | None) -> list[dict]:
     return [min(pool, key=lambda s: cost(spec, s))] if pool else []
 
 
-def quick_check(op: str, source: str, job_dir: Path, policy: Policy, kernels_dir: Path,
+def quick_check(candidate: Candidate, job_dir: Path, policy: Policy, kernels_dir: Path,
                 shapes: list[dict] | None = None) -> dict:
-    """Static stage + a narrowed numeric check of `source` in the sandbox; {passed, findings, checked}."""
+    """Static stage + a narrowed numeric check of `candidate` in the sandbox; {passed, findings, checked}."""
     from autokernel import gate
     from autokernel.gate.numeric import DISTS
+    op = candidate.op
     spec = opspecs.get(op)
-    job_dir.mkdir(parents=True, exist_ok=True)
-    path = job_dir / f"{op}.py"
-    path.write_text(source)
+    path = candidate.write(job_dir)
     # one small shape: no production-range sweep and no calls past the CPU row cap (the submission's gate makes them)
     quick = policy.model_copy(update={"gate": policy.gate.model_copy(update={"max_rows": 0})})
     v = gate.verify(op, path, shapes=quick_shapes(op, shapes), seed=None, policy=quick, run_dir=job_dir,
@@ -69,7 +69,7 @@ class CheckTool:
     model; one that runs out of the session's time raises TimeoutError, which ends the session as spent budget
     (autokernel/agent/loop.py)."""
 
-    def __init__(self, run_check: Callable[[str, str, Deadline], dict | None], policy: AgentPolicy,
+    def __init__(self, run_check: Callable[[Candidate, Deadline], dict | None], policy: AgentPolicy,
                  replies: dict, clock: Callable[[], float] = time.monotonic):
         self.run_check, self.none = run_check, False  # none: the evaluator said it has no quick check
         self.policy, self.replies, self.clock = policy, replies, clock
@@ -90,7 +90,7 @@ class CheckTool:
                                                         max_check_s=self.policy.max_check_s)
         t0 = self.clock()
         try:
-            report = self.run_check(op, source, deadline.within(left_s))
+            report = self.run_check(Candidate.of(op, source), deadline.within(left_s))  # the draft's one hash
         except TimeoutError as e:
             if deadline.expired():
                 raise

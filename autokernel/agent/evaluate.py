@@ -17,7 +17,6 @@ it again (autokernel/run.py), so a verdict that took minutes is never thrown awa
 """
 from __future__ import annotations
 
-import hashlib
 import itertools
 import json
 from dataclasses import asdict, dataclass, field, replace
@@ -100,34 +99,32 @@ class Evaluator(Protocol):
     confirms the winner before committing. SandboxEvaluator, target.run.TargetEvaluator, the wrappers round them
     (workers._Seat, run.Shown) and the tests' doubles implement every method; callers call them directly.
 
-    `deadline` is the session's: a call that cannot finish by it raises TimeoutError (evaluate.Unbenched after a
-    gate acceptance)."""
+    Every method takes the Candidate (autokernel/candidate.py) made where the source entered (the session's
+    submission, check_candidate's draft, a kept file re-read by --resume): its op, bytes and sha256, so no
+    implementation hashes the source again. `deadline` is the session's: a call that cannot finish by it raises
+    TimeoutError (evaluate.Unbenched after a gate acceptance)."""
 
-    def evaluate(self, op: str, source: str, deadline: Deadline = Deadline.none()) -> Feedback:
+    def evaluate(self, candidate: Candidate, deadline: Deadline = Deadline.none()) -> Feedback:
         """Judge one complete candidate file for kernels/<op>.py: gate, then (accepted) bench."""
         ...
 
-    def gate(self, op: str, source: str, deadline: Deadline = Deadline.none()) -> Feedback:
+    def gate(self, candidate: Candidate, deadline: Deadline = Deadline.none()) -> Feedback:
         """The gate's verdict alone, not yet timed; gates of different sources may run at once."""
         ...
 
-    def bench(self, op: str, source: str, feedback: Feedback, deadline: Deadline = Deadline.none()) -> Feedback:
-        """The benchmark of a source the gate accepted (`feedback`, its verdict), filling in its figures; one at
+    def bench(self, candidate: Candidate, feedback: Feedback, deadline: Deadline = Deadline.none()) -> Feedback:
+        """The benchmark of a candidate the gate accepted (`feedback`, its verdict), filling in its figures; one at
         a time on a device."""
         ...
 
-    def check(self, op: str, source: str, deadline: Deadline = Deadline.none()) -> dict | None:
+    def check(self, candidate: Candidate, deadline: Deadline = Deadline.none()) -> dict | None:
         """check_candidate's sandboxed look at a draft (agent/check.py): {passed, findings, checked}; None where
         this evaluator has no quick check (the model is told there is none)."""
         ...
 
-    def confirm(self, op: str, source: str) -> Measurement:
-        """A fresh benchmark of an accepted source against the incumbent: what `autokernel run` commits on."""
+    def confirm(self, candidate: Candidate) -> Measurement:
+        """A fresh benchmark of an accepted candidate against the incumbent: what `autokernel run` commits on."""
         ...
-
-
-def sha256(source: str) -> str:
-    return hashlib.sha256(source.encode()).hexdigest()
 
 
 def from_verdict(v: Any) -> Feedback:
@@ -176,21 +173,17 @@ class SandboxEvaluator:
         traced = trace_mod.cases(trace_mod.load_trace(self.trace, check_device=False), op)
         return [{**c, "dtype": c["dtype"] or default} for c in traced]
 
-    def evaluate(self, op: str, source: str, deadline: Deadline = Deadline.none()) -> Feedback:
-        candidate = Candidate.of(op, source)
+    def evaluate(self, candidate: Candidate, deadline: Deadline = Deadline.none()) -> Feedback:
         if candidate.sha256 in self.seen:
             return replace(self.seen[candidate.sha256], duplicate=True)
-        feedback = self._gate(candidate, deadline)
+        feedback = self.gate(candidate, deadline)
         if feedback.verdict != "accepted":
             return feedback
-        return self.bench(op, source, feedback, deadline)
+        return self.bench(candidate, feedback, deadline)
 
-    def gate(self, op: str, source: str, deadline: Deadline = Deadline.none()) -> Feedback:
+    def gate(self, candidate: Candidate, deadline: Deadline = Deadline.none()) -> Feedback:
         """The gate's verdict alone, not yet timed. Gates of different sources may run at once (each on its own
         sandbox slot: autokernel/agent/workers.py); timings may not, so the benchmark is the separate bench()."""
-        return self._gate(Candidate.of(op, source), deadline)
-
-    def _gate(self, candidate: Candidate, deadline: Deadline) -> Feedback:
         op, digest = candidate.op, candidate.sha256
         if deadline.expired():
             raise TimeoutError(f"{digest[:8]}: no time left for the gate")
@@ -213,10 +206,10 @@ class SandboxEvaluator:
             self._keep(job, feedback)
         return feedback
 
-    def bench(self, op: str, source: str, feedback: Feedback, deadline: Deadline = Deadline.none()) -> Feedback:
-        """The benchmark of a source gate() accepted, filling in `feedback`'s figures: one at a time on a device
-        (the caller's job when several sessions share it)."""
-        digest, path = feedback.sha256, Path(feedback.path)
+    def bench(self, candidate: Candidate, feedback: Feedback, deadline: Deadline = Deadline.none()) -> Feedback:
+        """The benchmark of a candidate gate() accepted, filling in `feedback`'s figures: one at a time on a device
+        (the caller's job when several sessions share it). It times the copy at `feedback.path`."""
+        op, digest, path = candidate.op, feedback.sha256, Path(feedback.path)
         gated = replace(feedback, reasons=list(feedback.reasons), stages=list(feedback.stages))  # before any figure
         if deadline.expired():
             raise Unbenched(f"{digest[:8]} passed the gate with no time left for its benchmark", gated)
@@ -238,24 +231,24 @@ class SandboxEvaluator:
         (job / "feedback.json").write_text(json.dumps(feedback.to_dict(), indent=1, default=str) + "\n")
         self.seen[feedback.sha256] = feedback
 
-    def check(self, op: str, source: str, deadline: Deadline = Deadline.none()) -> dict:
+    def check(self, candidate: Candidate, deadline: Deadline = Deadline.none()) -> dict:
         """check_candidate's sandboxed part (autokernel/agent/check.py): static + a narrowed numeric check on the
         cheapest traced shape, its sandbox jobs capped at `deadline`; never benchmarked, never remembered as a
         submission."""
         from autokernel.agent.check import quick_check
         if deadline.expired():
             raise TimeoutError("no time left for a check")
-        job = self.run_dir / "checks" / f"{next(self._checks):03d}-{sha256(source)[:8]}"  # atomic under threads
-        shapes = [c["shape"] for c in self.cases(op)]
-        return quick_check(op, source, job, capped(self.policy, deadline.left()), self.layout.kernels, shapes)
+        job = self.run_dir / "checks" / f"{next(self._checks):03d}-{candidate.sha256[:8]}"  # atomic under threads
+        shapes = [c["shape"] for c in self.cases(candidate.op)]
+        return quick_check(candidate, job, capped(self.policy, deadline.left()), self.layout.kernels, shapes)
 
-    def confirm(self, op: str, source: str) -> Measurement:
+    def confirm(self, candidate: Candidate) -> Measurement:
         """A fresh benchmark of an accepted source against the incumbent (the session's best of several noisy
         measurements is biased upwards): the Measurement the commit reports, or UserError if the incumbent fails."""
         from autokernel.bench.measure import IncumbentFailed
         from autokernel.bench.measure import measure as bench
         bench = bench if self.executor is None else self.executor.measure
-        candidate = Candidate.of(op, source)
+        op = candidate.op
         path = candidate.write(self.run_dir / f"confirm-{candidate.sha256[:8]}")
         job = path.parent
         try:

@@ -61,8 +61,12 @@ class EarlySuccess(Stop):
 
 @dataclass
 class Submission:
-    source: str
+    candidate: Candidate  # as submitted: op, bytes and the sha256 its feedback names
     feedback: Feedback
+
+    @property
+    def source(self) -> str:
+        return self.candidate.text
 
 
 @dataclass
@@ -206,7 +210,7 @@ class Session:
         try:
             feedback = self.evaluate(candidate)
         except Unbenched as e:  # the gate's verdict is kept, and benchmarked by `autokernel run --resume`
-            self.candidates.append(Submission(source, e.feedback))
+            self.candidates.append(Submission(candidate, e.feedback))
             self.unbenched.append(self.candidates[-1])
             if self.ledger:
                 self.ledger.record(e.feedback, run=self.transcript.parent.name)
@@ -216,7 +220,7 @@ class Session:
             raise self.out_of_time(f"during an evaluation: {e}") from None
         if feedback.duplicate:  # another worker's judgement of the same source (agent/workers.py): not counted
             return self.feedback(feedback)
-        self.candidates.append(Submission(source, feedback))
+        self.candidates.append(Submission(candidate, feedback))
         if self.ledger:
             self.ledger.record(feedback, run=self.transcript.parent.name, candidate=candidate)
         return self.feedback(feedback)
@@ -225,15 +229,14 @@ class Session:
         """The evaluator's gate and bench; only the bench where the ledger holds this session's own kind of
         acceptance of the source (Ledger.gated: same base, device and policy, signed). The copy benchmarked is
         written where no candidate ran (<run>/ledger-<sha8>/)."""
-        source = candidate.text
         gated = self.ledger.gated(candidate) if self.ledger else None
         if gated is None:
-            return self.evaluator.evaluate(self.op, source, self.deadline)
+            return self.evaluator.evaluate(candidate, self.deadline)
         path = candidate.write(self.transcript.parent / f"ledger-{candidate.sha256[:8]}")
         g = gated["gate"]
         fb = Feedback(self.op, candidate.sha256, "accepted", stages=list(g.get("stages") or []), path=str(path),
                       seed=g.get("seed"), isolation=str(g.get("isolation") or ""), device=str(g.get("device") or ""))
-        return self.evaluator.bench(self.op, source, fb, self.deadline)
+        return self.evaluator.bench(candidate, fb, self.deadline)
 
     def feedback(self, fb: Feedback) -> str:
         return feedback_text(fb, self.policy.max_iterations - len(self.candidates), self.deadline.left())

@@ -29,11 +29,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Sequence
 
-from autokernel.agent.evaluate import Evaluator, Feedback, Unbenched, sha256
+from autokernel.agent.evaluate import Evaluator, Feedback, Unbenched
 from autokernel.agent.ledger import Ledger
 from autokernel.agent.loop import Result, Session
 from autokernel.agent.prompt import Prompt
 from autokernel.agent.providers import Model
+from autokernel.candidate import Candidate
 from autokernel.deadline import Deadline
 from autokernel.policy import Agent as AgentPolicy
 from autokernel.policy import Sandbox as SandboxPolicy
@@ -73,11 +74,11 @@ def gate_pool(sandbox_policy: SandboxPolicy) -> SlotPool:
     return SlotPool(default_slots(sandbox_policy))
 
 
-def gate_job(evaluator: Evaluator, op: str, source: str, deadline: Deadline) -> Feedback:
+def gate_job(evaluator: Evaluator, candidate: Candidate, deadline: Deadline) -> Feedback:
     """One gate, run on a slot: the time left is counted when the job starts, so a wait for a slot is not free."""
     if deadline.expired():
-        raise TimeoutError(f"{sha256(source)[:8]}: no time left for the gate (waited for a sandbox slot)")
-    return evaluator.gate(op, source, deadline)
+        raise TimeoutError(f"{candidate.sha256[:8]}: no time left for the gate (waited for a sandbox slot)")
+    return evaluator.gate(candidate, deadline)
 
 
 class SharedEvaluator:
@@ -91,11 +92,11 @@ class SharedEvaluator:
         self.winner: tuple[int, str] | None = None  # (worker, sha256) of the first accepted candidate
         self.abort: str | None = None  # a worker ended on an error: the others stop too
 
-    def evaluate(self, worker: int, op: str, source: str, deadline: Deadline = Deadline.none(),
+    def evaluate(self, worker: int, candidate: Candidate, deadline: Deadline = Deadline.none(),
                  gated: Feedback | None = None) -> Feedback:
-        """`source` gated and benched, or only benched where `gated` is the gate's acceptance of it (a ledger's:
+        """`candidate` gated and benched, or only benched where `gated` is the gate's acceptance of it (a ledger's:
         loop.Session.evaluate); another worker's judgement of the same source is answered as a duplicate."""
-        digest = sha256(source)
+        digest = candidate.sha256
         with self.lock:
             mine = digest not in self.evaluations
             fut = self.evaluations.setdefault(digest, Future())
@@ -105,7 +106,7 @@ class SharedEvaluator:
             except Unbenched as e:  # out of time after its gate: the worker that submitted it keeps it
                 raise TimeoutError(str(e)) from None
         try:
-            fb = self._evaluate(worker, op, source, deadline, gated)
+            fb = self._evaluate(worker, candidate, deadline, gated)
         except BaseException as e:
             with self.lock:  # not judged after all (out of time, an environment error): a later submit may retry
                 del self.evaluations[digest]
@@ -114,28 +115,28 @@ class SharedEvaluator:
         fut.set_result(fb)
         return fb
 
-    def _evaluate(self, worker: int, op: str, source: str, deadline: Deadline, gated: Feedback | None) -> Feedback:
-        fb = self.gate(op, source, deadline) if gated is None else gated
+    def _evaluate(self, worker: int, candidate: Candidate, deadline: Deadline, gated: Feedback | None) -> Feedback:
+        fb = self.gate(candidate, deadline) if gated is None else gated
         if fb.verdict != "accepted":
             return fb
-        return self.bench(worker, op, source, fb, deadline)
+        return self.bench(worker, candidate, fb, deadline)
 
-    def gate(self, op: str, source: str, deadline: Deadline) -> Feedback:
+    def gate(self, candidate: Candidate, deadline: Deadline) -> Feedback:
         """The inner gate on a slot of the pool: several at once."""
-        return self.executor.submit(gate_job, self.inner, op, source, deadline).result()
+        return self.executor.submit(gate_job, self.inner, candidate, deadline).result()
 
-    def bench(self, worker: int, op: str, source: str, fb: Feedback, deadline: Deadline) -> Feedback:
+    def bench(self, worker: int, candidate: Candidate, fb: Feedback, deadline: Deadline) -> Feedback:
         with self.bench_lock:  # timings never overlap: one benchmark at a time on the device
-            return self._won(worker, self.inner.bench(op, source, fb, deadline))
+            return self._won(worker, self.inner.bench(candidate, fb, deadline))
 
     def _won(self, worker: int, fb: Feedback) -> Feedback:
         if fb.accepted and self.winner is None:
             self.winner = (worker, fb.sha256)
         return fb
 
-    def check(self, op: str, source: str, deadline: Deadline = Deadline.none()) -> dict | None:
+    def check(self, candidate: Candidate, deadline: Deadline = Deadline.none()) -> dict | None:
         """check_candidate's sandboxed look, on a slot like a gate (it runs candidate code too)."""
-        return self.executor.submit(self.inner.check, op, source, deadline).result()
+        return self.executor.submit(self.inner.check, candidate, deadline).result()
 
     def stop_early(self, worker: int, early_success: bool) -> Callable[[], str | None]:
         def why() -> str | None:
@@ -153,21 +154,21 @@ class _Seat:
     def __init__(self, shared: SharedEvaluator, worker: int):
         self.shared, self.worker = shared, worker
 
-    def evaluate(self, op: str, source: str, deadline: Deadline = Deadline.none()) -> Feedback:
-        return self.shared.evaluate(self.worker, op, source, deadline)
+    def evaluate(self, candidate: Candidate, deadline: Deadline = Deadline.none()) -> Feedback:
+        return self.shared.evaluate(self.worker, candidate, deadline)
 
-    def gate(self, op: str, source: str, deadline: Deadline = Deadline.none()) -> Feedback:
-        return self.shared.gate(op, source, deadline)
+    def gate(self, candidate: Candidate, deadline: Deadline = Deadline.none()) -> Feedback:
+        return self.shared.gate(candidate, deadline)
 
-    def bench(self, op: str, source: str, feedback: Feedback, deadline: Deadline = Deadline.none()) -> Feedback:
+    def bench(self, candidate: Candidate, feedback: Feedback, deadline: Deadline = Deadline.none()) -> Feedback:
         """A gate acceptance the ledger holds, benchmarked as a submission is: once across workers, under the lock."""
-        return self.shared.evaluate(self.worker, op, source, deadline, gated=feedback)
+        return self.shared.evaluate(self.worker, candidate, deadline, gated=feedback)
 
-    def check(self, op: str, source: str, deadline: Deadline = Deadline.none()) -> dict | None:
-        return self.shared.check(op, source, deadline)
+    def check(self, candidate: Candidate, deadline: Deadline = Deadline.none()) -> dict | None:
+        return self.shared.check(candidate, deadline)
 
-    def confirm(self, op: str, source: str) -> Measurement:
-        return self.shared.inner.confirm(op, source)
+    def confirm(self, candidate: Candidate) -> Measurement:
+        return self.shared.inner.confirm(candidate)
 
 
 def run(op: str, models: list[Model], evaluator: Evaluator, prompt: Prompt, settings: AgentPolicy, run_dir: Path, *,

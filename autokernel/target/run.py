@@ -16,8 +16,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from autokernel import paths
-from autokernel.agent.evaluate import Feedback, from_verdict, sha256
+from autokernel.agent.evaluate import Feedback, from_verdict
 from autokernel.agent.prompt import Prompt
+from autokernel.candidate import Candidate
 from autokernel.deadline import Deadline
 from autokernel.errors import UserError
 from autokernel.target import declaration as decl
@@ -33,40 +34,42 @@ class TargetEvaluator:
         self.seen: dict[str, Feedback] = {}
         self.measurements: dict[str, object] = {}
 
-    def _write(self, source: str, tag: str = "") -> Path:
-        d = self.run_dir / f"{sha256(source)[:12]}{tag}"
+    def _write(self, candidate: Candidate, tag: str = "") -> Path:
+        """<run_dir>/<sha12><tag>/<the op file's own name>, byte for byte (not Candidate.write: the leaf is the
+        target's file name, not <op>.py)."""
+        d = self.run_dir / f"{candidate.sha256[:12]}{tag}"
         d.mkdir(parents=True, exist_ok=True)
         path = d / self.leaf
-        path.write_text(source)
+        path.write_bytes(candidate.source)
         return path
 
-    def evaluate(self, op: str, source: str, deadline: Deadline = Deadline.none()) -> Feedback:
-        digest = sha256(source)
+    def evaluate(self, candidate: Candidate, deadline: Deadline = Deadline.none()) -> Feedback:
+        digest = candidate.sha256
         if digest in self.seen:
             return replace(self.seen[digest], duplicate=True)
-        fb = self.gate(op, source, deadline)
+        fb = self.gate(candidate, deadline)
         if fb.verdict == "accepted":
-            fb = self.bench(op, source, fb, deadline)
+            fb = self.bench(candidate, fb, deadline)
         self.seen[digest] = fb
         return fb
 
-    def gate(self, op: str, source: str, deadline: Deadline = Deadline.none()) -> Feedback:
+    def gate(self, candidate: Candidate, deadline: Deadline = Deadline.none()) -> Feedback:
         """The target gate's verdict (autokernel/target/gate.py, e2e included), not yet timed. It takes no deadline:
         its jobs run under the policy's own limits."""
         from autokernel.target import gate
-        path = self._write(source)
+        path = self._write(candidate)
         fb = from_verdict(gate.verify(self.root, self.op, path, policy=self.policy, trace=self.trace,
                                       run_dir=path.parent / "gate"))
         fb.path = str(path)
         return fb
 
-    def bench(self, op: str, source: str, feedback: Feedback, deadline: Deadline = Deadline.none()) -> Feedback:
+    def bench(self, candidate: Candidate, feedback: Feedback, deadline: Deadline = Deadline.none()) -> Feedback:
         """The target benchmark of the file the gate accepted (`feedback.path`), its figures filled in."""
         path = Path(feedback.path)
         fill(feedback, self._measure(path, path.parent / "bench"))
         return feedback
 
-    def check(self, op: str, source: str, deadline: Deadline = Deadline.none()) -> dict | None:
+    def check(self, candidate: Candidate, deadline: Deadline = Deadline.none()) -> dict | None:
         return None  # no quick check for a target's op: check_candidate tells the model so
 
     def _measure(self, path: Path, run_dir: Path):
@@ -76,9 +79,9 @@ class TargetEvaluator:
             raise UserError(f"{path}: the benchmark's static stage refused what the gate accepted: {refused}")
         return m
 
-    def confirm(self, op: str, source: str):
+    def confirm(self, candidate: Candidate):
         """A fresh benchmark of the winner (new processes, new rounds): what the commit's table shows."""
-        path = self._write(source, "-confirm")
+        path = self._write(candidate, "-confirm")
         return self._measure(path, path.parent / "bench")
 
 
@@ -237,7 +240,7 @@ def work_on(root: Path, name: str, ctx, run_dir: Path, trace_path: Path, t: dict
     if pol.git.commit and (dd := delivery.delivered(root, op.file, best.source.encode(), pol.git.branch_prefix)):
         return TargetOutcome(name, "already_delivered", f"already on {dd.branch} ({dd.sha[:10]})", branch=dd.branch,
                              sha=dd.sha)
-    m = evaluator.confirm(name, best.source)
+    m = evaluator.confirm(best.candidate)
     s = m.files[-1].speedup
     if not m.files[-1].accepted:
         return TargetOutcome(name, "no_improvement", f"candidate {fb.sha256[:8]} won in the session but not in the "

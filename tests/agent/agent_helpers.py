@@ -5,9 +5,10 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from autokernel.agent.evaluate import Feedback, sha256
+from autokernel.agent.evaluate import Feedback
 from autokernel.agent.search import apply, find_knobs
 from autokernel.bench.measure import Measurement
+from autokernel.candidate import Candidate
 from autokernel.deadline import Deadline
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -30,23 +31,28 @@ GOOD = apply(INCUMBENT, _knobs, {"num_warps": 8, "num_stages": 3})
 assert GOOD != INCUMBENT and "num_warps=8" in GOOD
 
 
+def sha256(source: str) -> str:
+    """The digest a test expects for `source` (what Candidate.of computes where a source enters)."""
+    return Candidate.of("rmsnorm", source).sha256
+
+
 class WholeEvaluator:
     """The rest of the Evaluator protocol for a double judged in one call (its evaluate, figures included): gate()
     is that whole judgement and bench() keeps its figures; no quick check; never confirms."""
 
-    def evaluate(self, op: str, source: str, deadline: Deadline = Deadline.none()) -> Feedback:
+    def evaluate(self, candidate: Candidate, deadline: Deadline = Deadline.none()) -> Feedback:
         raise NotImplementedError
 
-    def gate(self, op: str, source: str, deadline: Deadline = Deadline.none()) -> Feedback:
-        return self.evaluate(op, source, deadline)
+    def gate(self, candidate: Candidate, deadline: Deadline = Deadline.none()) -> Feedback:
+        return self.evaluate(candidate, deadline)
 
-    def bench(self, op: str, source: str, feedback: Feedback, deadline: Deadline = Deadline.none()) -> Feedback:
+    def bench(self, candidate: Candidate, feedback: Feedback, deadline: Deadline = Deadline.none()) -> Feedback:
         return feedback
 
-    def check(self, op: str, source: str, deadline: Deadline = Deadline.none()) -> dict | None:
+    def check(self, candidate: Candidate, deadline: Deadline = Deadline.none()) -> dict | None:
         return None
 
-    def confirm(self, op: str, source: str) -> Measurement:
+    def confirm(self, candidate: Candidate) -> Measurement:
         raise AssertionError("the agent's tests never confirm a win (tests/run does)")
 
 
@@ -61,33 +67,33 @@ class StubEvaluator:
         self.calls: list[str] = []
         self.seen: dict[str, Feedback] = {}
 
-    def evaluate(self, op: str, source: str, deadline: Deadline = Deadline.none()) -> Feedback:
-        digest = sha256(source)
+    def evaluate(self, candidate: Candidate, deadline: Deadline = Deadline.none()) -> Feedback:
+        digest = candidate.sha256
         if digest in self.seen:
             return self.seen[digest]
-        self.calls.append(source)
-        fb = self.gate(op, source, deadline)
+        self.calls.append(candidate.text)
+        fb = self.gate(candidate, deadline)
         if fb.verdict == "accepted":
-            fb = self.bench(op, source, fb, deadline)
+            fb = self.bench(candidate, fb, deadline)
         self.seen[digest] = fb
         return fb
 
-    def gate(self, op: str, source: str, deadline: Deadline = Deadline.none()) -> Feedback:
-        if "torch.nn.functional" in source:
-            return Feedback(op, sha256(source), "rejected",
+    def gate(self, candidate: Candidate, deadline: Deadline = Deadline.none()) -> Feedback:
+        if "torch.nn.functional" in candidate.text:
+            return Feedback(candidate.op, candidate.sha256, "rejected",
                             reasons=[{"stage": "static", "code": "static.forbidden_import",
                                       "detail": "line 2: import torch.nn.functional: a kernel file computes in its "
                                                 "own Triton kernel"}])
-        return Feedback(op, sha256(source), "accepted", device="cpu-interpreter", note="stub")
+        return Feedback(candidate.op, candidate.sha256, "accepted", device="cpu-interpreter", note="stub")
 
-    def bench(self, op: str, source: str, feedback: Feedback, deadline: Deadline = Deadline.none()) -> Feedback:
+    def bench(self, candidate: Candidate, feedback: Feedback, deadline: Deadline = Deadline.none()) -> Feedback:
         s = self.speedup
         return replace(feedback, accepted=True, speedup=s, speedup_ci=[s - 0.05, s + 0.05], pct_of_peak=self.pct)
 
-    def check(self, op: str, source: str, deadline: Deadline = Deadline.none()) -> dict | None:
+    def check(self, candidate: Candidate, deadline: Deadline = Deadline.none()) -> dict | None:
         return None
 
-    def confirm(self, op: str, source: str) -> Measurement:
+    def confirm(self, candidate: Candidate) -> Measurement:
         raise AssertionError("the agent's tests never confirm a win (tests/run does)")
 
 

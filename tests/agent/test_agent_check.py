@@ -7,6 +7,7 @@ from agent_helpers import CHEAT, GOOD, INCUMBENT, KERNEL_FILE, ScriptedModel, St
 from autokernel.agent.evaluate import SandboxEvaluator
 from autokernel.agent.loop import Session
 from autokernel.agent.prompt import build
+from autokernel.candidate import Candidate
 from autokernel.deadline import Deadline
 from autokernel.paths import INSTALLED_LAYOUT
 from autokernel.policy import Agent, Policy
@@ -19,10 +20,10 @@ class Checking(StubEvaluator):
         super().__init__()
         self.clock, self.checked = clock, []
 
-    def check(self, op, source, deadline=None):
+    def check(self, candidate, deadline=None):
         self.checked.append(deadline.left())
         self.clock.t += 10.0
-        bad = "torch.nn.functional" in source
+        bad = "torch.nn.functional" in candidate.text
         return {"passed": not bad, "findings": [{"stage": "static", "code": "static.forbidden_import"}] if bad else [],
                 "checked": "static"}
 
@@ -87,7 +88,7 @@ def test_an_evaluator_without_check_says_so(tmp_path):
 def test_static_findings_are_all_listed_without_running_the_file(tmp_path):
     bad = CHEAT + "import os\nos.system('true')\n"
     ev = SandboxEvaluator(tmp_path, Policy(), layout=INSTALLED_LAYOUT)
-    report = ev.check("rmsnorm", bad)
+    report = ev.check(Candidate.of("rmsnorm", bad))
     codes = [f["code"] for f in report["findings"]]
     assert report["passed"] is False and len(codes) >= 2 and all(c.startswith("static.") for c in codes)
     assert "runtime" not in report["checked"]  # a file that fails the static stage never runs
@@ -99,7 +100,7 @@ def test_a_wrong_kernel_fails_the_quick_numeric_check(tmp_path):
     wrong = INCUMBENT.replace("y = x * rstd * w", "y = x * rstd")
     assert wrong and wrong != INCUMBENT
     ev = SandboxEvaluator(tmp_path, Policy(), layout=INSTALLED_LAYOUT)
-    bad = ev.check("rmsnorm", wrong, Deadline.after(120.0))
+    bad = ev.check(Candidate.of("rmsnorm", wrong), Deadline.after(120.0))
     assert bad["passed"] is False and bad["findings"][0]["code"].startswith("numeric."), bad
-    ok = ev.check("rmsnorm", INCUMBENT, Deadline.after(120.0))
+    ok = ev.check(Candidate.of("rmsnorm", INCUMBENT), Deadline.after(120.0))
     assert ok["passed"] is True and "numeric: passed" in ok["checked"], ok

@@ -8,6 +8,7 @@ from fake_llm_api import Call, FakeAPI, anthropic_turn
 
 from autokernel import device, paths
 from autokernel.agent.command import run_session
+from autokernel.candidate import Candidate
 from autokernel.cli.agent import agent_command
 from autokernel.errors import UserError
 from autokernel.policy import Policy
@@ -39,8 +40,8 @@ def test_run_session_returns_the_best_candidate_for_the_caller(tmp_path):
 
 def test_no_accepted_candidate_exits_1(tmp_path):
     class RejectAll(StubEvaluator):
-        def evaluate(self, op, source, deadline=None):
-            return super().evaluate(op, "torch.nn.functional" + source)
+        def evaluate(self, candidate, deadline=None):
+            return super().evaluate(Candidate.of(candidate.op, "torch.nn.functional" + candidate.text))
     policy = Policy()
     policy.agent.max_iterations = 2
     lines = []

@@ -5,13 +5,14 @@ import json
 from pathlib import Path
 
 import pytest
-from agent_helpers import CHEAT, GOOD, INCUMBENT, KERNEL_FILE
+from agent_helpers import CHEAT, GOOD, INCUMBENT, KERNEL_FILE, sha256
 
 import autokernel.bench.measure as bench_measure
 from autokernel import gate, paths
-from autokernel.agent.evaluate import Feedback, SandboxEvaluator, Unbenched, from_verdict, gate_record, sha256
+from autokernel.agent.evaluate import Feedback, SandboxEvaluator, Unbenched, from_verdict, gate_record
 from autokernel.bench.measure import FileResult, IncumbentFailed, Measurement, ShapeResult
 from autokernel.bench.stats import Interval
+from autokernel.candidate import Candidate
 from autokernel.deadline import Deadline
 from autokernel.errors import UserError
 from autokernel.gate.verdict import StageResult, Verdict
@@ -67,7 +68,7 @@ def fakes(monkeypatch):
 
 def test_candidate_written_under_its_sha_then_gate_then_bench(tmp_path, fakes):
     ev = evaluator(tmp_path, verify_kwargs={"dists": ["normal"]})
-    fb = ev.evaluate("rmsnorm", GOOD)
+    fb = ev.evaluate(Candidate.of("rmsnorm", GOOD))
     job = tmp_path / sha256(GOOD)[:8]
     assert (job / "rmsnorm.py").read_text() == GOOD
     assert fakes["verify"][0]["path"] == job / "rmsnorm.py" and fakes["verify"][0]["run_dir"] == job
@@ -89,10 +90,10 @@ def test_the_target_checkout_gives_the_incumbent_and_the_signature(tmp_path, fak
     (target / "kernels").mkdir(parents=True)
     (target / "kernels" / "rmsnorm.py").write_text(INCUMBENT + "# the target's own\n")
     ev = evaluator(tmp_path / "run", layout=paths.Layout(target))
-    ev.evaluate("rmsnorm", GOOD)
+    ev.evaluate(Candidate.of("rmsnorm", GOOD))
     assert fakes["verify"][0]["kernels_dir"] == target / "kernels"
     assert fakes["bench"][0]["incumbent"] == target / "kernels" / "rmsnorm.py"
-    m = ev.confirm("rmsnorm", GOOD)
+    m = ev.confirm(Candidate.of("rmsnorm", GOOD))
     assert m.files[-1].accepted and fakes["bench"][1]["incumbent"] == target / "kernels" / "rmsnorm.py"
     assert fakes["bench"][1]["candidates"][0].read_text() == GOOD
 
@@ -110,7 +111,7 @@ def test_gate_record_keeps_the_trusted_facts(tmp_path):
 
 
 def test_rejected_by_the_gate_is_never_benchmarked(tmp_path, fakes):
-    fb = evaluator(tmp_path).evaluate("rmsnorm", CHEAT)
+    fb = evaluator(tmp_path).evaluate(Candidate.of("rmsnorm", CHEAT))
     assert fb.verdict == "rejected" and not fb.accepted and fakes["bench"] == []
     assert fb.reasons == [{"stage": "runtime", "code": "runtime.torch_compute",
                            "detail": "aten::rms_norm ran during the call"}]
@@ -119,18 +120,18 @@ def test_rejected_by_the_gate_is_never_benchmarked(tmp_path, fakes):
 
 def test_same_source_is_not_evaluated_again(tmp_path, fakes):
     ev = evaluator(tmp_path)
-    first, again = ev.evaluate("rmsnorm", GOOD), ev.evaluate("rmsnorm", GOOD)
+    first, again = ev.evaluate(Candidate.of("rmsnorm", GOOD)), ev.evaluate(Candidate.of("rmsnorm", GOOD))
     assert len(fakes["verify"]) == 1 and len(fakes["bench"]) == 1
     assert again.duplicate and not first.duplicate and again.sha256 == first.sha256
 
 
 def test_no_win_and_failures_during_timing(tmp_path, fakes):
     fakes["measurement"] = measurement(accepted=False, reason="bench.no_win")
-    fb = evaluator(tmp_path).evaluate("rmsnorm", GOOD)
+    fb = evaluator(tmp_path).evaluate(Candidate.of("rmsnorm", GOOD))
     assert fb.verdict == "accepted" and not fb.accepted and fb.reasons[-1]["code"] == "bench.no_win"
     assert fb.summary.endswith(": no significant win")
     fakes["measurement"] = measurement(status="numeric.mismatch", accepted=False, reason="numeric.mismatch")
-    fb = evaluator(tmp_path / "2").evaluate("rmsnorm", GOOD)
+    fb = evaluator(tmp_path / "2").evaluate(Candidate.of("rmsnorm", GOOD))
     assert fb.verdict == "rejected" and fb.reasons[-1] == {"stage": "bench", "code": "numeric.mismatch",
                                                            "detail": "wrong on repetition 7"}
 
@@ -140,13 +141,13 @@ def test_incumbent_that_cannot_be_timed_is_a_user_error(tmp_path, fakes, monkeyp
         raise IncumbentFailed("kernels/rmsnorm.py could not be timed: sandbox.crash: killed")
     monkeypatch.setattr(bench_measure, "measure", broken)
     with pytest.raises(UserError, match="could not be timed"):
-        evaluator(tmp_path).evaluate("rmsnorm", GOOD)
+        evaluator(tmp_path).evaluate(Candidate.of("rmsnorm", GOOD))
 
 
 def test_traced_shapes_go_to_gate_and_bench(tmp_path, fakes):
     trace = tmp_path / "summary.json"
     trace.write_text(json.dumps({"ops": {"rmsnorm": {"shapes": [{"shape": {"M": 7, "N": 576}, "calls": 40}]}}}))
-    evaluator(tmp_path, trace=trace).evaluate("rmsnorm", GOOD)
+    evaluator(tmp_path, trace=trace).evaluate(Candidate.of("rmsnorm", GOOD))
     assert fakes["verify"][0]["shapes"] == [{"M": 7, "N": 576}]
     assert fakes["bench"][0]["cases"] == [{"shape": {"M": 7, "N": 576}, "calls": 40, "dtype": "float32"}]
 
@@ -193,14 +194,14 @@ def timed(monkeypatch):
 
 def test_time_left_caps_the_gate_and_the_bench(tmp_path, timed):
     clock, seen = timed
-    fb = evaluator(tmp_path).evaluate("rmsnorm", GOOD, Deadline.after(40.0, clock))
+    fb = evaluator(tmp_path).evaluate(Candidate.of("rmsnorm", GOOD), Deadline.after(40.0, clock))
     assert fb.accepted
     (gp,), (bp,) = seen["verify"], seen["bench"]
     assert gp.sandbox.timeout_s == 40.0  # policy default 300: capped at the time left
     assert bp.sandbox.timeout_s == 35.0 and bp.bench.max_time_s == 30.0  # 5 s went to the gate; 30 s is the cap
-    fb2 = evaluator(tmp_path / "b").evaluate("rmsnorm", GOOD + "\n", Deadline.after(25.0, clock))
+    fb2 = evaluator(tmp_path / "b").evaluate(Candidate.of("rmsnorm", GOOD + "\n"), Deadline.after(25.0, clock))
     assert fb2.accepted and seen["bench"][-1].bench.max_time_s == 20.0
-    evaluator(tmp_path / "c").evaluate("rmsnorm", GOOD + "\n\n")  # no deadline: policy as is
+    evaluator(tmp_path / "c").evaluate(Candidate.of("rmsnorm", GOOD + "\n\n"))  # no deadline: policy as is
     assert seen["verify"][-1].sandbox.timeout_s == 300.0 and seen["bench"][-1].bench.max_time_s == 30.0
 
 
@@ -208,17 +209,17 @@ def test_a_bench_that_cannot_fit_is_not_started(tmp_path, timed):
     clock, seen = timed
     seen["gate_s"] = 10.0  # 15 - 10 = 5 s left, under the 6 rounds x 2 files x 1 s a bench needs at least
     with pytest.raises(TimeoutError, match="benchmark needs at least"):
-        evaluator(tmp_path).evaluate("rmsnorm", GOOD, Deadline.after(15.0, clock))
+        evaluator(tmp_path).evaluate(Candidate.of("rmsnorm", GOOD), Deadline.after(15.0, clock))
     assert len(seen["verify"]) == 1 and seen["bench"] == []
 
 
 def test_no_time_left_runs_nothing(tmp_path, timed):
     clock, seen = timed
     with pytest.raises(TimeoutError):
-        evaluator(tmp_path).evaluate("rmsnorm", GOOD, Deadline.after(0.0, clock))
+        evaluator(tmp_path).evaluate(Candidate.of("rmsnorm", GOOD), Deadline.after(0.0, clock))
     seen["gate_s"] = 50.0  # the gate itself overran the deadline: no bench, a timeout
     with pytest.raises(Unbenched, match="no time left for its benchmark") as e:
-        evaluator(tmp_path).evaluate("rmsnorm", GOOD, Deadline.after(20.0, clock))
+        evaluator(tmp_path).evaluate(Candidate.of("rmsnorm", GOOD), Deadline.after(20.0, clock))
     assert len(seen["verify"]) == 1 and seen["bench"] == []
     assert e.value.feedback.verdict == "accepted" and e.value.feedback.sha256 == sha256(GOOD)
 
@@ -232,8 +233,8 @@ def test_a_timeout_under_the_capped_limit_is_the_clock_not_a_rejection(tmp_path,
                                StageResult.fail("numeric", "sandbox.timeout", "killed after 20 s")], seed=1,
                               device={"kind": "cpu-interpreter"}, elapsed_s=20.0)
     with pytest.raises(TimeoutError, match="deadline-capped"):
-        evaluator(tmp_path).evaluate("rmsnorm", GOOD, Deadline.after(20.0, clock))
-    fb = evaluator(tmp_path / "b").evaluate("rmsnorm", GOOD)  # uncapped: the candidate's own
+        evaluator(tmp_path).evaluate(Candidate.of("rmsnorm", GOOD), Deadline.after(20.0, clock))
+    fb = evaluator(tmp_path / "b").evaluate(Candidate.of("rmsnorm", GOOD))  # uncapped: the candidate's own
     assert fb.verdict == "rejected" and fb.reasons[0]["code"] == "sandbox.timeout"
 
 
@@ -262,7 +263,7 @@ def test_a_bench_timeout_under_the_capped_limit_keeps_the_gate_verdict(tmp_path,
     monkeypatch.setattr(bench_measure, "measure", lambda *a, **kw: measurement("sandbox.timeout", False,
                                                                                 "sandbox.timeout"))
     with pytest.raises(Unbenched, match="deadline-capped") as e:
-        evaluator(tmp_path).evaluate("rmsnorm", GOOD, Deadline.after(40.0, clock))
+        evaluator(tmp_path).evaluate(Candidate.of("rmsnorm", GOOD), Deadline.after(40.0, clock))
     assert e.value.feedback.verdict == "accepted" and e.value.feedback.reasons == []  # the gate's, untouched
-    fb = evaluator(tmp_path / "b").evaluate("rmsnorm", GOOD)  # uncapped: the candidate's own
+    fb = evaluator(tmp_path / "b").evaluate(Candidate.of("rmsnorm", GOOD))  # uncapped: the candidate's own
     assert fb.verdict == "rejected" and fb.reasons[-1]["code"] == "sandbox.timeout"

@@ -5,10 +5,9 @@ import json
 from dataclasses import replace
 
 import typer
-from agent_helpers import CHEAT, GOOD, KERNEL_FILE, ScriptedModel, StubEvaluator, turn
+from agent_helpers import CHEAT, GOOD, KERNEL_FILE, ScriptedModel, StubEvaluator, sha256, turn
 from typer.testing import CliRunner
 
-from autokernel.agent.evaluate import sha256
 from autokernel.agent.ledger import Ledger
 from autokernel.agent.loop import Session
 from autokernel.agent.prompt import build
@@ -76,18 +75,18 @@ class StagedStub(StubEvaluator):
         super().__init__()
         self.won, self.gates, self.benches = won, [], []
 
-    def evaluate(self, op, source, deadline=None):
-        fb = self.gate(op, source)
-        return fb if fb.verdict != "accepted" else self.bench(op, source, fb)
+    def evaluate(self, candidate, deadline=None):
+        fb = self.gate(candidate)
+        return fb if fb.verdict != "accepted" else self.bench(candidate, fb)
 
-    def gate(self, op, source, deadline=None):
-        self.gates.append(source)
-        fb = super().gate(op, source)  # static.forbidden_import, or accepted
+    def gate(self, candidate, deadline=None):
+        self.gates.append(candidate.text)
+        fb = super().gate(candidate)  # static.forbidden_import, or accepted
         return fb if fb.verdict != "accepted" else replace(
             fb, stages=[{"name": "numeric", "passed": True}], seed=7, isolation="bwrap+cgroup", note="")
 
-    def bench(self, op, source, fb, deadline=None):
-        self.benches.append((source, fb))
+    def bench(self, candidate, fb, deadline=None):
+        self.benches.append((candidate.text, fb))
         s = 1.25 if self.won else 1.0
         return replace(fb, accepted=self.won, speedup=s, speedup_ci=[s - 0.05, s + 0.05])
 

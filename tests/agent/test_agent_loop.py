@@ -5,7 +5,7 @@ import json
 import pytest
 from agent_helpers import CHEAT, GOOD, ScriptedModel, StubEvaluator, WholeEvaluator, turn
 
-from autokernel.agent.evaluate import from_verdict, sha256
+from autokernel.agent.evaluate import from_verdict
 from autokernel.agent.loop import Session
 from autokernel.agent.providers import ModelError, ModelUnavailable
 from autokernel.errors import UserError
@@ -126,9 +126,9 @@ def test_out_of_submissions_within_one_turn(tmp_path, rmsnorm_prompt):
 
 def test_best_is_the_fastest_accepted(tmp_path, rmsnorm_prompt):
     class Ranked(StubEvaluator):
-        def evaluate(self, op, source, deadline=None):
-            fb = super().evaluate(op, source)
-            fb.speedup = {1: 1.1, 2: 1.4, 4: 1.2}[int(source.split("num_warps=")[1][0])]
+        def evaluate(self, candidate, deadline=None):
+            fb = super().evaluate(candidate)
+            fb.speedup = {1: 1.1, 2: 1.4, 4: 1.2}[int(candidate.text.split("num_warps=")[1][0])]
             return fb
     sources = [GOOD.replace("num_warps=8", f"num_warps={w}") for w in (1, 2, 4)]
     replies = [turn("", ("submit_candidate", {"source": s})) for s in sources] + [turn("", ("finish", {}))]
@@ -207,9 +207,10 @@ def test_every_static_finding_budget_slack_and_kl_reach_the_model(tmp_path, rmsn
                    StageResult.ok("e2e", kl_mean=1.1e-11, kl_p99=3e-11, kl_max=9e-11, top1=1.0, positions=48)]
 
     class FromVerdicts(WholeEvaluator):
-        def evaluate(self, op, source, deadline=None):
+        def evaluate(self, candidate, deadline=None):
+            op, source = candidate.op, candidate.text
             stages = [findings] if source == bad else good_stages
-            v = Verdict(op, "x.py", sha256(source), "rejected" if source == bad else "accepted", stages, 1234,
+            v = Verdict(op, "x.py", candidate.sha256, "rejected" if source == bad else "accepted", stages, 1234,
                         {"kind": "cpu-interpreter"}, 1.0)
             fb = from_verdict(v)
             if source != bad:
@@ -245,10 +246,10 @@ def test_the_deadline_reaches_model_and_evaluator_and_an_overrun_ends_the_sessio
             super().__init__()
             self.time_left = []
 
-        def evaluate(self, op, source, deadline=None):
+        def evaluate(self, candidate, deadline=None):
             self.time_left.append(deadline.left())
             clock.now += 95.0  # the evaluation overruns the 100 s budget
-            return super().evaluate(op, source)
+            return super().evaluate(candidate)
 
     def tick(messages):
         clock.now += 5.0  # each model call takes 5 s
@@ -270,7 +271,7 @@ def test_a_callee_that_runs_out_of_time_ends_the_session_as_spent_budget(tmp_pat
             return super().query(messages, tools, deadline)
 
     class LateEvaluator(StubEvaluator):
-        def evaluate(self, op, source, deadline=None):
+        def evaluate(self, candidate, deadline=None):
             raise TimeoutError("the gate's e2e stage did not fit the time left")
     model = Late([turn("", ("submit_candidate", {"source": GOOD})), turn("", ("finish", {}))])
     result = Session("rmsnorm", model, LateEvaluator() if where == "evaluator" else StubEvaluator(), rmsnorm_prompt,
@@ -292,9 +293,9 @@ def test_a_second_submission_in_the_turn_that_spent_the_budget_is_not_evaluated(
     clock = Clock()
 
     class Slow(StubEvaluator):
-        def evaluate(self, op, source, deadline=None):
+        def evaluate(self, candidate, deadline=None):
             clock.now += 150.0
-            return super().evaluate(op, source)
+            return super().evaluate(candidate)
     other = GOOD.replace("num_warps=8", "num_warps=2")
     model = ScriptedModel([turn("", ("submit_candidate", {"source": GOOD}), ("submit_candidate", {"source": other}))])
     ev = Slow()

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from agent_helpers import INCUMBENT, PLANTED, WholeEvaluator
 
-from autokernel.agent.evaluate import Feedback, SandboxEvaluator, sha256
+from autokernel.agent.evaluate import Feedback, SandboxEvaluator
 from autokernel.agent.loop import Session
 from autokernel.agent.prompt import Prompt, build
 from autokernel.agent.search import MAX_TILE_ELEMENTS, SearchModel, apply, coordinate_descent, find_knobs, grid_size
@@ -71,14 +71,15 @@ class Synthetic(WholeEvaluator):
     def __init__(self):
         self.configs = []
 
-    def evaluate(self, op, source, deadline=None):
+    def evaluate(self, candidate, deadline=None):
+        op, source = candidate.op, candidate.text
         config = {k.name: k.default for k in find_knobs(source)}
         self.configs.append(config)
         if config["BLOCK_K"] < 32:
-            return Feedback(op, sha256(source), "rejected", reasons=[
+            return Feedback(op, candidate.sha256, "rejected", reasons=[
                 {"stage": "numeric", "code": "numeric.mismatch", "detail": "BLOCK_K < 32 splits a Q4 block"}])
         s = synthetic_speedup(config)
-        return Feedback(op, sha256(source), "accepted", accepted=s > 1.02, speedup=s, speedup_ci=[s * .98, s * 1.02],
+        return Feedback(op, candidate.sha256, "accepted", accepted=s > 1.02, speedup=s, speedup_ci=[s * .98, s * 1.02],
                         pct_of_peak=20 * s)
 
 
@@ -210,18 +211,19 @@ class PlantedScorer(WholeEvaluator):
         self.sources: list[str] = []
         self.clock_step_s, self.now = clock_step_s, now
 
-    def evaluate(self, op, source, deadline=None):
+    def evaluate(self, candidate, deadline=None):
         from autokernel.gate import static
+        op, source = candidate.op, candidate.text
         if self.now is not None:
             self.now[0] += self.clock_step_s
         self.sources.append(source)
         self.blocks.append(find_knobs(source, launch_options=False)[0].default)
         verdict = static.check_source(source, op, KERNELS / f"{op}.py")
         if not verdict.passed:
-            return Feedback(op, sha256(source), "rejected",
+            return Feedback(op, candidate.sha256, "rejected",
                             reasons=[{"stage": "static", "code": verdict.reason, "detail": verdict.detail}])
         s = interpreter_ms(PLANTED_BLOCK) / interpreter_ms(self.blocks[-1])
-        return Feedback(op, sha256(source), "accepted", accepted=0.98 * s > 1.02, speedup=round(s, 4),
+        return Feedback(op, candidate.sha256, "accepted", accepted=0.98 * s > 1.02, speedup=round(s, 4),
                         speedup_ci=[round(0.98 * s, 4), round(1.02 * s, 4)], device="cpu-interpreter")
 
 

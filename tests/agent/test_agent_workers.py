@@ -14,14 +14,15 @@ from pathlib import Path
 import git
 import pytest
 import sandbox_entries
-from agent_helpers import CHEAT, GOOD, KERNEL_FILE, PLANTED, ScriptedModel, turn
+from agent_helpers import CHEAT, GOOD, KERNEL_FILE, PLANTED, ScriptedModel, sha256, turn
 from delivery_doubles import measurement, write_trace
 from rich.console import Console
 
 from autokernel import paths, run
 from autokernel.agent import workers
-from autokernel.agent.evaluate import Feedback, sha256
+from autokernel.agent.evaluate import Feedback
 from autokernel.agent.ledger import Ledger
+from autokernel.candidate import Candidate
 from autokernel.deadline import Deadline
 from autokernel.policy import Policy
 from autokernel.sandbox.slots import Slot, pinned_env
@@ -40,19 +41,20 @@ class StagedStub:
         self.gated, self.benched, self.confirmed, self.slot_env = [], [], [], []
         self.active = self.max_active = 0
 
-    def gate(self, op: str, source: str, deadline: Deadline = Deadline.none()) -> Feedback:
+    def gate(self, candidate: Candidate, deadline: Deadline = Deadline.none()) -> Feedback:
+        op, digest = candidate.op, candidate.sha256
         with self.lock:
-            self.gated.append(sha256(source))
+            self.gated.append(digest)
             self.slot_env.append(pinned_env())
         if self.barrier is not None and len(self.gated) <= self.barrier.parties:
             self.barrier.wait()  # BrokenBarrierError (the test fails) unless the first gates run in parallel
-        if "torch.nn.functional" in source:
-            return Feedback(op, sha256(source), "rejected", reasons=[{
+        if "torch.nn.functional" in candidate.text:
+            return Feedback(op, digest, "rejected", reasons=[{
                 "stage": "static", "code": "static.forbidden_import", "detail": "import torch.nn.functional"}])
-        return Feedback(op, sha256(source), "accepted", device="cpu-interpreter", seed=7, isolation="stub",
-                        path=str(self.op_dir / sha256(source)[:8] / f"{op}.py"))
+        return Feedback(op, digest, "accepted", device="cpu-interpreter", seed=7, isolation="stub",
+                        path=str(self.op_dir / digest[:8] / f"{op}.py"))
 
-    def bench(self, op: str, source: str, fb: Feedback, deadline: Deadline = Deadline.none()) -> Feedback:
+    def bench(self, candidate: Candidate, fb: Feedback, deadline: Deadline = Deadline.none()) -> Feedback:
         with self.lock:
             self.benched.append(fb.sha256)
             self.active += 1
@@ -66,16 +68,16 @@ class StagedStub:
             fb.reasons.append({"stage": "bench", "code": "bench.no_win", "detail": f"{s}x"})
         return fb
 
-    def evaluate(self, op: str, source: str, deadline: Deadline = Deadline.none()) -> Feedback:
-        fb = self.gate(op, source)
-        return self.bench(op, source, fb) if fb.verdict == "accepted" else fb
+    def evaluate(self, candidate: Candidate, deadline: Deadline = Deadline.none()) -> Feedback:
+        fb = self.gate(candidate)
+        return self.bench(candidate, fb) if fb.verdict == "accepted" else fb
 
-    def check(self, op: str, source: str, deadline: Deadline = Deadline.none()) -> dict | None:
+    def check(self, candidate: Candidate, deadline: Deadline = Deadline.none()) -> dict | None:
         return None
 
-    def confirm(self, op: str, source: str):
-        self.confirmed.append(sha256(source))
-        return measurement(op, speedup=1.5)
+    def confirm(self, candidate: Candidate):
+        self.confirmed.append(candidate.sha256)
+        return measurement(candidate.op, speedup=1.5)
 
 
 def scripts() -> list[ScriptedModel]:

@@ -16,6 +16,7 @@ import autokernel.bench.measure as bench_measure
 from autokernel import cluster, gate, paths
 from autokernel.agent.evaluate import SandboxEvaluator
 from autokernel.bench.measure import FileResult, Measurement
+from autokernel.candidate import Candidate
 from autokernel.cli import run as run_cli
 from autokernel.gate.verdict import StageResult, Verdict
 from autokernel.policy import Policy
@@ -59,11 +60,11 @@ def no_local_jobs(monkeypatch):
 def test_evaluator_sends_gate_and_bench_to_the_cluster(tmp_path, no_local_jobs):
     fake = FakeCluster()
     ev = SandboxEvaluator(tmp_path, Policy(), executor=fake, layout=paths.Layout(ROOT))
-    fb = ev.evaluate("rmsnorm", GOOD)
+    fb = ev.evaluate(Candidate.of("rmsnorm", GOOD))
     assert fb.accepted and fb.speedup == 2.0
     assert [c[0] for c in fake.calls] == ["verify", "measure"]
     assert fake.calls[0][3]["kernels_dir"] == ROOT / "kernels" and fake.calls[1][2][0].read_text() == GOOD
-    ev.confirm("rmsnorm", GOOD)  # the confirming benchmark too
+    ev.confirm(Candidate.of("rmsnorm", GOOD))  # the confirming benchmark too
     assert [c[0] for c in fake.calls] == ["verify", "measure", "measure"]
 
 

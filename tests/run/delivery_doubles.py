@@ -9,9 +9,10 @@ from dataclasses import replace
 from pathlib import Path
 
 from autokernel import device
-from autokernel.agent.evaluate import Feedback, sha256
+from autokernel.agent.evaluate import Feedback
 from autokernel.bench.measure import FileResult, Measurement, ShapeResult
 from autokernel.bench.stats import Interval
+from autokernel.candidate import Candidate
 from autokernel.deadline import Deadline
 from autokernel.profile.trace import SCHEMA
 
@@ -71,14 +72,14 @@ class StubEvaluator:
     def __init__(self, op_dir: Path):
         self.op_dir, self.evaluated, self.confirmed = Path(op_dir), [], []
 
-    def evaluate(self, op: str, source: str, deadline: Deadline = Deadline.none()) -> Feedback:
-        fb = self.gate(op, source, deadline)
-        return fb if fb.verdict != "accepted" else self.bench(op, source, fb, deadline)
+    def evaluate(self, candidate: Candidate, deadline: Deadline = Deadline.none()) -> Feedback:
+        fb = self.gate(candidate, deadline)
+        return fb if fb.verdict != "accepted" else self.bench(candidate, fb, deadline)
 
-    def gate(self, op: str, source: str, deadline: Deadline = Deadline.none()) -> Feedback:
-        self.evaluated.append(source)
-        digest = sha256(source)
-        if "REJECT" in source:
+    def gate(self, candidate: Candidate, deadline: Deadline = Deadline.none()) -> Feedback:
+        op, digest = candidate.op, candidate.sha256
+        self.evaluated.append(candidate.text)
+        if "REJECT" in candidate.text:
             return Feedback(op, digest, "rejected", reasons=[{"stage": "static", "code": "static.forbidden_call",
                                                              "detail": HOSTILE}],
                             stages=[{"name": "static", "passed": False, "reason": "static.forbidden_call",
@@ -96,12 +97,12 @@ class StubEvaluator:
         return Feedback(op, digest, "accepted", stages=stages, device="cpu-interpreter",
                         path=str(self.op_dir / digest[:8] / f"{op}.py"), seed=12345, isolation="bwrap+cgroup")
 
-    def bench(self, op: str, source: str, feedback: Feedback, deadline: Deadline = Deadline.none()) -> Feedback:
+    def bench(self, candidate: Candidate, feedback: Feedback, deadline: Deadline = Deadline.none()) -> Feedback:
         return replace(feedback, accepted=True, speedup=2.0, speedup_ci=[1.9, 2.1], note="stub")
 
-    def check(self, op: str, source: str, deadline: Deadline = Deadline.none()) -> dict | None:
+    def check(self, candidate: Candidate, deadline: Deadline = Deadline.none()) -> dict | None:
         return None
 
-    def confirm(self, op: str, source: str) -> Measurement:
-        self.confirmed.append(source)
-        return measurement(op)
+    def confirm(self, candidate: Candidate) -> Measurement:
+        self.confirmed.append(candidate.text)
+        return measurement(candidate.op)

@@ -10,6 +10,7 @@ from rich.console import Console
 from autokernel.agent.command import summary
 from autokernel.agent.evaluate import Feedback
 from autokernel.agent.loop import Result, Submission
+from autokernel.candidate import Candidate
 from autokernel.cli import bench as bench_command
 from autokernel.cli import verify as gate_command
 from autokernel.gate.verdict import StageResult, Verdict
@@ -56,7 +57,7 @@ def test_run_report_and_agent_summary(tmp_path):
     assert "x[/]y" in out.getvalue() and clean(out.getvalue())
     fb = Feedback("rmsnorm", "ab" * 32, "rejected", reasons=[{"stage": "runtime", "code": "runtime.exception",
                                                               "detail": HOSTILE}])
-    r = Result("rmsnorm", "finished", HOSTILE, Submission("src", fb), tmp_path / "t.json",
+    r = Result("rmsnorm", "finished", HOSTILE, Submission(Candidate.of("rmsnorm", "src"), fb), tmp_path / "t.json",
                {"input_tokens": 1, "output_tokens": 1, "usd": 0.0}, 1)
     text = summary(r)
     assert "x[/]y" in text and clean(text)

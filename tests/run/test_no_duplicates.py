@@ -38,10 +38,10 @@ class Stub(StubEvaluator):
         super().__init__(op_dir)
         self.on_evaluate = on_evaluate
 
-    def gate(self, op, source, deadline=None):
+    def gate(self, candidate, deadline=None):
         if self.on_evaluate:
-            self.on_evaluate(source)
-        return super().gate(op, source, deadline)
+            self.on_evaluate(candidate.text)
+        return super().gate(candidate, deadline)
 
 
 def ctx_for(clone, llm, stubs: list, on_evaluate=None):

@@ -77,8 +77,8 @@ class FakeClocked(SandboxEvaluator):
         super().__init__(*a, **kw)
         self.clock = clock
 
-    def evaluate(self, op, source, deadline=Deadline.none()):
-        return super().evaluate(op, source, Deadline.after(deadline.left(), self.clock))
+    def evaluate(self, candidate, deadline=Deadline.none()):
+        return super().evaluate(candidate, Deadline.after(deadline.left(), self.clock))
 
 
 def ctx_for(clone, llm, fakes, policy=None):
@@ -187,7 +187,7 @@ class CutGate(StubEvaluator):
     def __init__(self, op_dir, *a):
         super().__init__(op_dir)
 
-    def gate(self, op, source, deadline=None):
+    def gate(self, candidate, deadline=None):
         raise TimeoutError("a gate job hit the deadline-capped limit of 33 s")
 
 

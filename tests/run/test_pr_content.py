@@ -101,8 +101,8 @@ def test_a_win_the_confirming_benchmark_lost_says_its_figure_and_what_was_tried(
     confirming benchmark, and pr.md said only '... but not in the confirming benchmark (bench.no_win): not
     committed': no figure, and none of the session's other candidates."""
     class LostOnConfirm(StubEvaluator):
-        def confirm(self, op, source):
-            m = measurement(op, speedup=1.01)
+        def confirm(self, candidate):
+            m = measurement(candidate.op, speedup=1.01)
             c = m.files[-1]
             c.accepted, c.reason = False, "bench.no_win"
             c.speedup = Interval(1.01, 0.98, 1.04)

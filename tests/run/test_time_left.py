@@ -6,6 +6,7 @@ from delivery_doubles import StubEvaluator
 from rich.console import Console
 
 from autokernel import run
+from autokernel.candidate import Candidate
 from autokernel.deadline import Deadline
 
 
@@ -14,19 +15,19 @@ class Recording(StubEvaluator):
         super().__init__("/tmp")
         self.got = []
 
-    def evaluate(self, op, source, deadline=None):
+    def evaluate(self, candidate, deadline=None):
         self.got.append(("evaluate", deadline))
-        return StubEvaluator("/tmp").evaluate(op, source)
+        return StubEvaluator("/tmp").evaluate(candidate)
 
-    def gate(self, op, source, deadline=None):
+    def gate(self, candidate, deadline=None):
         self.got.append(("gate", deadline))
-        return super().gate(op, source)
+        return super().gate(candidate)
 
-    def bench(self, op, source, feedback, deadline=None):
+    def bench(self, candidate, feedback, deadline=None):
         self.got.append(("bench", deadline))
-        return super().bench(op, source, feedback)
+        return super().bench(candidate, feedback)
 
-    def check(self, op, source, deadline=None):
+    def check(self, candidate, deadline=None):
         self.got.append(("check", deadline))
         return None
 
@@ -35,8 +36,9 @@ def test_shown_forwards_the_time_left():
     inner = Recording()
     shown = run.Shown(inner, Console(file=io.StringIO()))
     d = [Deadline.after(s) for s in (12.5, 11.0, 10.0, 9.0)]
-    shown.evaluate("rmsnorm", "src", d[0])
-    fb = shown.gate("rmsnorm", "src", d[1])
-    shown.bench("rmsnorm", "src", fb, d[2])
-    assert shown.check("rmsnorm", "src", d[3]) is None
+    src = Candidate.of("rmsnorm", "src")
+    shown.evaluate(src, d[0])
+    fb = shown.gate(src, d[1])
+    shown.bench(src, fb, d[2])
+    assert shown.check(src, d[3]) is None
     assert inner.got == [("evaluate", d[0]), ("gate", d[1]), ("bench", d[2]), ("check", d[3])]
