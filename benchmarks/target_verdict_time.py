@@ -48,6 +48,7 @@ def main() -> None:
     ap.add_argument("dir", nargs="?")
     ap.add_argument("--ops", default="rms_norm")
     args = ap.parse_args()
+    from autokernel import paths
     from autokernel.gate import verify
     from autokernel.policy import Policy
     from autokernel.target import declaration as decl
@@ -65,7 +66,10 @@ def main() -> None:
         copy = Path(tempfile.mkdtemp(prefix="ak-cand-")) / incumbent.name
         copy.write_bytes(incumbent.read_bytes())
         show(f"Liger {op} ({d.ops[op].file})", target_gate.verify(ck, op, copy, policy=Policy()), clock)
-    show("autokernel rmsnorm (kernels/rmsnorm.py)", verify("rmsnorm", HERE / "kernels/rmsnorm.py"), clock)
+    layout = paths.target()  # where `autokernel verify` would put its run directory
+    show("autokernel rmsnorm (kernels/rmsnorm.py)", verify("rmsnorm", HERE / "kernels/rmsnorm.py",
+                                                           run_dir=layout.run_dir("verify", "rmsnorm"),
+                                                           kernels_dir=HERE / "kernels"), clock)
 
 
 if __name__ == "__main__":

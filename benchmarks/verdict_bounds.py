@@ -35,7 +35,7 @@ def parent_work() -> None:
     big = _bloated_source(30000)
     for name, src in (("incumbent", plain), ("1 MB of dead constants", big)):
         t0 = time.perf_counter()
-        static.check_source(src, "rmsnorm")
+        static.check_source(src, "rmsnorm", ROOT / "kernels" / "rmsnorm.py")
         t1 = time.perf_counter()
         th = thresholds.extract(src)
         t2 = time.perf_counter()
@@ -49,12 +49,15 @@ def parent_work() -> None:
 
 
 def verdicts(ops: list[str]) -> None:
+    from autokernel import paths
     from autokernel.gate import verify
     from autokernel.policy import Policy
+    layout = paths.target()  # where `autokernel verify` would put its run directories
     for op in ops:
         for cov in (False, True):
             t = time.perf_counter()
-            v = verify(op, ROOT / "kernels" / f"{op}.py", stages=[], policy=Policy(gate={"require_coverage": cov}))
+            v = verify(op, ROOT / "kernels" / f"{op}.py", stages=[], policy=Policy(gate={"require_coverage": cov}),
+                       run_dir=layout.run_dir("verify", op), kernels_dir=ROOT / "kernels")
             n = v.stages[-1].metrics
             rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
             print(f"{op} coverage {'on ' if cov else 'off'}: {v.verdict} in {time.perf_counter() - t:.1f} s; "

@@ -18,15 +18,17 @@ from autokernel import device
 def main(argv: list[str]) -> None:
     if len(argv) < 2 or len(argv) % 2:
         sys.exit("usage: python benchmarks/verdict_time.py OP FILE [OP FILE ...]")
+    from autokernel import paths
     from autokernel.gate import verify
     from autokernel.gate.e2e import baseline
     from autokernel.policy import Policy
+    layout = paths.target()  # as `autokernel verify` resolves it: the checkout here, else the installed project
     clock = "CUDA" if device.is_cuda() else "CPU / Triton interpreter"
     t = time.perf_counter()
-    baseline(Policy())
+    baseline(Policy(), layout.kernels)
     print(f"e2e baseline (cached after the first run): {time.perf_counter() - t:.1f} s")
     for op, path in zip(argv[::2], argv[1::2]):
-        v = verify(op, path)
+        v = verify(op, path, run_dir=layout.run_dir("verify", op), kernels_dir=layout.kernels)
         print(f"{op} {path}: {v.verdict}{'' if v.accepted else ' (' + v.reason + ')'} in {v.elapsed_s:.1f} s "
               f"({clock})")
         for s in v.stages:
