@@ -57,34 +57,19 @@ def test_the_secret_size_depends_on_the_seed():
     assert len(mids) > 10 and all(16 < m < 8192 and m % 2 for m in mids)
 
 
-@pytest.mark.parametrize("sizes,expect", [
-    ('{ hidden = { of = ["y.shape[-1]"], low = 1, high = 64 } }', "is not a tensor parameter"),
-    ('{ hidden = { of = ["x.shape[0]"], low = 1, high = 64 } }', "the token count"),
-    ('{ hidden = { of = ["x.shape[5]"], low = 1, high = 64 } }', "dimensions"),
-    ('{ hidden = { of = ["eps"], low = 1, high = 64 } }', "is not an int parameter"),
-    ('{ hidden = { of = ["x.shape[-1]"], low = 64, high = 1 } }', "sizes:"),
-    ('{ M = { of = ["x.shape[-1]"], low = 1, high = 64 } }', "sizes:"),
-    ('{ hidden = { of = "x.shape[-1]", low = 1, high = 64 } }', "sizes:"),
-])
-def test_a_bad_sizes_declaration_is_a_user_error(tmp_path, sizes, expect):
-    root = checkout(tmp_path / "bad", DECLARATION + f"sizes = {sizes}\n")
-    with pytest.raises(UserError, match=expect):
-        _verify(root, tmp_path, NORM)
-
-
 # --- a float argument's declared range (inputs = { eps = { low = ..., high = ... } }) ------------------------------
 
 # a term below an ulp within a factor 10 of the recorded 1e-5, and no branch for coverage to find untaken (a
 # min(eps, 1e-3) is rejected as coverage.unreached already); at eps = 1e-2 it adds 10 %
-CLAMPED_EPS = ("_norm_kernel[(rows,)](x, y, eps,", "_norm_kernel[(rows,)](x, y, eps + 1e7 * eps ** 5,")
+EPS_OFF_FAR = ("_norm_kernel[(rows,)](x, y, eps,", "_norm_kernel[(rows,)](x, y, eps + 1e7 * eps ** 5,")
 
 
 def test_a_kernel_exact_only_near_the_recorded_scalar_is_rejected_over_the_declared_range(tmp_path):
     """The gate draws a float argument within a factor 10 of what the workload sent (1e-5 here): a kernel whose eps
     term is off only far from it is exact there. Production's models use other eps; with the range declared, the
     draws cover them."""
-    assert CLAMPED_EPS[0] in NORM
-    cheat = NORM.replace(*CLAMPED_EPS)
+    assert EPS_OFF_FAR[0] in NORM
+    cheat = NORM.replace(*EPS_OFF_FAR)
     assert _verify(checkout(tmp_path / "plain"), tmp_path, cheat).accepted  # the class
     ranged = DECLARATION + "inputs = { eps = { low = 1e-6, high = 0.1 } }\n"
     v = _verify(checkout(tmp_path / "ranged", ranged), tmp_path, cheat)
@@ -92,14 +77,21 @@ def test_a_kernel_exact_only_near_the_recorded_scalar_is_rejected_over_the_decla
     assert _verify(checkout(tmp_path / "ok", ranged), tmp_path, NORM).accepted
 
 
-@pytest.mark.parametrize("inputs,expect", [
-    ("{ eps = { repeat = 2 } }", "repeat applies to a float tensor"),
-    ("{ x = { low = 0, high = 5 } }", "apply to an integer tensor or a float argument"),
-    ("{ eps = { low = 1e-6 } }", "both"),
-    ("{ nope = { low = 1, high = 2 } }", "no parameter nope"),
-    ("{ eps = { low = 0.5, high = 0.1 } }", "A < B"),
+@pytest.mark.parametrize("line,expect", [
+    ('sizes = { hidden = { of = ["y.shape[-1]"], low = 1, high = 64 } }', "is not a tensor parameter"),
+    ('sizes = { hidden = { of = ["x.shape[0]"], low = 1, high = 64 } }', "the token count"),
+    ('sizes = { hidden = { of = ["x.shape[5]"], low = 1, high = 64 } }', "dimensions"),
+    ('sizes = { hidden = { of = ["eps"], low = 1, high = 64 } }', "is not an int parameter"),
+    ('sizes = { hidden = { of = ["x.shape[-1]"], low = 64, high = 1 } }', "sizes:"),
+    ('sizes = { M = { of = ["x.shape[-1]"], low = 1, high = 64 } }', "sizes:"),
+    ('sizes = { hidden = { of = "x.shape[-1]", low = 1, high = 64 } }', "sizes:"),
+    ("inputs = { eps = { repeat = 2 } }", "repeat applies to a float tensor"),
+    ("inputs = { x = { low = 0, high = 5 } }", "apply to an integer tensor or a float argument"),
+    ("inputs = { eps = { low = 1e-6 } }", "both"),
+    ("inputs = { nope = { low = 1, high = 2 } }", "no parameter nope"),
+    ("inputs = { eps = { low = 0.5, high = 0.1 } }", "A < B"),
 ])
-def test_a_bad_inputs_rule_is_a_user_error(tmp_path, inputs, expect):
-    root = checkout(tmp_path / "bad", DECLARATION + f"inputs = {inputs}\n")
+def test_a_bad_sizes_or_inputs_rule_is_a_user_error(tmp_path, line, expect):
+    root = checkout(tmp_path / "bad", DECLARATION + line + "\n")
     with pytest.raises(UserError, match=expect):
         _verify(root, tmp_path, NORM)
