@@ -55,18 +55,22 @@ def test_a_no_win_nightly_says_what_was_tried():
     assert "- silu_mul: 0 candidate(s) judged; best speedup seen: none" in text
 
 
-def test_a_session_that_won_nothing_reports_its_verdicts(tmp_path):
+def _rmsnorm_session(tmp_path, sources: list[str], evaluator):
+    """A run on a checkout with the shipped rmsnorm whose scripted model submits `sources`, then finishes; no commit."""
     (tmp_path / "kernels").mkdir()
     (tmp_path / "kernels" / "rmsnorm.py").write_text((Path(__file__).parents[2] / "kernels" / "rmsnorm.py")
                                                      .read_text())
-    llm = ScriptedModel([turn("", ("submit_candidate", {"source": "# REJECT one\n"})),
-                         turn("", ("submit_candidate", {"source": "# REJECT two\n"})),
-                         turn("", ("finish", {"summary": "gave up"}))])
+    llm = ScriptedModel([turn("", ("submit_candidate", {"source": src})) for src in sources]
+                        + [turn("", ("finish", {"summary": "done"}))])
     pol = Policy()
     pol.git.commit = False
-    ctx = run.Context(paths.Layout(tmp_path), pol, pol.agent, llm, lambda op_dir, *a: StubEvaluator(op_dir),
+    ctx = run.Context(paths.Layout(tmp_path), pol, pol.agent, llm, lambda op_dir, *a: evaluator(op_dir),
                       Console(file=io.StringIO()), yes=True)
-    state, (o,) = run.pipeline(ctx, op="rmsnorm", resume=None, trace=write_trace(tmp_path / "trace-1"))
+    return run.pipeline(ctx, op="rmsnorm", resume=None, trace=write_trace(tmp_path / "trace-1"))
+
+
+def test_a_session_that_won_nothing_reports_its_verdicts(tmp_path):
+    state, (o,) = _rmsnorm_session(tmp_path, ["# REJECT one\n", "# REJECT two\n"], StubEvaluator)
     assert o.status == "no_improvement", o
     assert o.tried == {"candidates": 2, "reasons": {"static.forbidden_call": 2}, "best_speedup": None}
     assert "- rmsnorm: 2 candidate(s) judged: static.forbidden_call x2; best speedup seen: none" in \
@@ -108,17 +112,7 @@ def test_a_win_the_confirming_benchmark_lost_says_its_figure_and_what_was_tried(
             c.speedup = Interval(1.01, 0.98, 1.04)
             c.detail = "the weighted speedup's lower 95% bound 0.980 is not above 1.02"
             return m
-    (tmp_path / "kernels").mkdir()
-    (tmp_path / "kernels" / "rmsnorm.py").write_text((Path(__file__).parents[2] / "kernels" / "rmsnorm.py")
-                                                     .read_text())
-    llm = ScriptedModel([turn("", ("submit_candidate", {"source": "# REJECT one\n"})),
-                         turn("", ("submit_candidate", {"source": "# faster\n"})),
-                         turn("", ("finish", {"summary": "done"}))])
-    pol = Policy()
-    pol.git.commit = False
-    ctx = run.Context(paths.Layout(tmp_path), pol, pol.agent, llm, lambda op_dir, *a: LostOnConfirm(op_dir),
-                      Console(file=io.StringIO()), yes=True)
-    state, (o,) = run.pipeline(ctx, op="rmsnorm", resume=None, trace=write_trace(tmp_path / "trace-1"))
+    state, (o,) = _rmsnorm_session(tmp_path, ["# REJECT one\n", "# faster\n"], LostOnConfirm)
     assert o.status == "no_improvement" and o.tried == {"candidates": 2, "reasons": {
         "static.forbidden_call": 1, "bench.won": 1}, "best_speedup": 2.0}, o
     assert ("- rmsnorm: 2 candidate(s) judged: static.forbidden_call x1, bench.won x1; best speedup seen 2.000x; "
