@@ -183,7 +183,7 @@ def work_on(op: str, state: RunState, ctx: Context) -> OpOutcome:
                 for c in result.unbenched]
         return OpOutcome(op, "out_of_time", f"{len(kept)} candidate(s) passed the gate and were not benchmarked "
                          f"({result.status}: {line(result.detail, 200)})", error=error, unbenched=kept,
-                         tried=tried([c.feedback for c in session.candidates]))
+                         tried=tried([c.feedback for c in session.candidates], session.recalled))
     if result.error and result.best is None:
         return OpOutcome(op, "model_error", f"the model could not be used: {line(result.error, 300)}; "
                          f"{result.submitted} candidate(s) before it failed", error=error)
@@ -198,12 +198,12 @@ def work_on(op: str, state: RunState, ctx: Context) -> OpOutcome:
     if result.best is None:
         return OpOutcome(op, "no_improvement", f"{result.status}: {line(result.detail, 200)}; {result.submitted} "
                          "candidate(s), none both passed the gate and won the benchmark",
-                         tried=tried([c.feedback for c in session.candidates]))
+                         tried=tried([c.feedback for c in session.candidates], session.recalled))
     out = _deliver_best(op, result.best, provenance, command.rationale(session, result.best.source), evaluator,
                         incumbent, op_dir, state, ctx, session.deadline)
     out.error = error
     if out.status == "no_improvement":  # the confirming benchmark lost it: the report still says what was tried
-        out.tried = tried([c.feedback for c in session.candidates])
+        out.tried = tried([c.feedback for c in session.candidates], session.recalled)
     return out
 
 
@@ -216,12 +216,14 @@ def verdict_code(fb) -> str:
     return "bench.implausible" if fb.implausible else "bench.no_win" if fb.speedup is not None else "bench.not_run"
 
 
-def tried(feedbacks: list) -> dict:
-    """What a session judged (each distinct source once): how many, why each lost, the best speedup measured."""
+def tried(feedbacks: list, recalled: int = 0) -> dict:
+    """What a session judged (each distinct source once): how many, why each lost, the best speedup measured; and how
+    many submissions were answered from earlier runs' verdicts (the ledger: a resumed run's resubmissions)."""
     fbs = list({fb.sha256: fb for fb in feedbacks}.values())
     speedups = [fb.speedup for fb in fbs if isinstance(fb.speedup, (int, float))]
-    return {"candidates": len(fbs), "reasons": dict(collections.Counter(map(verdict_code, fbs)).most_common()),
-            "best_speedup": max(speedups) if speedups else None}
+    out = {"candidates": len(fbs), "reasons": dict(collections.Counter(map(verdict_code, fbs)).most_common()),
+           "best_speedup": max(speedups) if speedups else None}
+    return {**out, "recalled": recalled} if recalled else out
 
 
 def _already(op: str, where: dict) -> OpOutcome:
@@ -601,7 +603,9 @@ def _tried_text(t: dict) -> str:
     """'N candidate(s) judged: code xn, ...; best speedup seen X' (tried())."""
     reasons = ", ".join(f"{inert(line(k, 60))} x{n}" for k, n in (t.get("reasons") or {}).items())
     best = t.get("best_speedup")
-    return (f"{t.get('candidates', 0)} candidate(s) judged{': ' + reasons if reasons else ''}; "
+    recalled = t.get("recalled") if type(t.get("recalled")) is int else 0
+    return (f"{t.get('candidates', 0)} candidate(s) judged{': ' + reasons if reasons else ''}"
+            + (f" (and {recalled} answered from earlier runs' verdicts)" if recalled else "") + "; "
             + (f"best speedup seen {best:.3f}x" if isinstance(best, (int, float)) else "best speedup seen: none"))
 
 

@@ -99,6 +99,7 @@ class Session:
         self.unbenched: list[Submission] = []  # accepted by the gate, not benchmarked: the deadline came first
         self.delivered: list[dict] = []  # sources already on a branch over this base (Ledger.delivered)
         self.cut = 0  # evaluations the deadline cut before the gate's verdict
+        self.recalled = 0  # submissions answered from an earlier run's verdict (the ledger): not counted, not judged
         self.usage = {"input_tokens": 0, "output_tokens": 0, "usd": 0.0}
         self.finished: str | None = None
         self.status, self.detail, self.clock = "running", "", clock
@@ -202,6 +203,7 @@ class Session:
             return delivered_answer(self.op, where, self.ledger.measured(self.op, candidate.sha256))
         known = self.ledger.judged(self.op, candidate.sha256) if self.ledger else None
         if known is not None:  # judged in an earlier run on this device: answered, not counted
+            self.recalled += 1
             return answer(known)
         if len(self.candidates) >= self.policy.max_iterations:
             return self.replies["out_of_submissions"].format(max_iterations=self.policy.max_iterations)

@@ -44,3 +44,5 @@ def test_resume_does_not_gate_again_what_the_interrupted_session_judged(tmp_path
     assert state.run_dir == first.state.run_dir and o.op == "rmsnorm"
     assert evaluators[1].evaluated == []  # answered from the ledger: not gated again
     assert o.status == "no_improvement", o
+    # the report says what the resumed session did with it, not "0 candidate(s) judged" alone
+    assert "0 candidate(s) judged (and 1 answered from earlier runs' verdicts)" in run.nightly_report(state, [o])
