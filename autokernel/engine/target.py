@@ -22,21 +22,22 @@ class Target:
         self.engine = open_engine(overrides={op: _launcher(op) for op in OPS})
 
     def workload(self) -> None:
-        from autokernel.engine.generate import left_pad
-        m, tok = self.engine.model, self.engine.tokenizer
         rows = [self.engine.encode_prompt(p, chat=False) for p in PROMPTS]
-        ids, kv_start = left_pad(rows, tok.pad_id, m.device)
-        cache = m.new_cache(len(rows), ids.shape[1] + DECODE_STEPS)
-        last = m.forward(ids, cache, kv_start)
+        last, cache, kv_start = self._prefill(rows, DECODE_STEPS)
         for _ in range(DECODE_STEPS):
-            last = m.forward(last.argmax(-1)[:, None], cache, kv_start)
+            last = self.engine.model.forward(last.argmax(-1)[:, None], cache, kv_start)
 
     def logits(self, ids: list[list[int]]) -> torch.Tensor:
+        return self._prefill(ids, 0)[0].float().cpu()
+
+    def _prefill(self, rows: list[list[int]], room: int):
+        """A left-padded batched prefill of `rows` into a new cache with `room` more positions: (last logits (B, V),
+        the cache, kv_start)."""
         from autokernel.engine.generate import left_pad
-        m, tok = self.engine.model, self.engine.tokenizer
-        padded, kv_start = left_pad(ids, tok.pad_id, m.device)
-        cache = m.new_cache(len(ids), padded.shape[1])
-        return m.forward(padded, cache, kv_start).float().cpu()
+        m = self.engine.model
+        ids, kv_start = left_pad(rows, self.engine.tokenizer.pad_id, m.device)
+        cache = m.new_cache(len(rows), ids.shape[1] + room)
+        return m.forward(ids, cache, kv_start), cache, kv_start
 
 
 def _launcher(op: str):
