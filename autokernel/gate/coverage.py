@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass
+from typing import cast
 
 from autokernel import paths
 
@@ -49,7 +50,7 @@ class Site:
     kernel: bool  # inside a @triton.jit function (measured only where kernels run as Python: the interpreter)
 
 
-def _is_jit(fn: ast.FunctionDef) -> bool:
+def _is_jit(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
     for d in fn.decorator_list:
         f = d.func if isinstance(d, ast.Call) else d
         name = f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", "")
@@ -101,7 +102,7 @@ class _Unlayout(ast.NodeTransformer):
     """`x.contiguous()` -> `x`, `.view(` -> `.reshape(`: what is left is the values an expression denotes."""
 
     def visit_Call(self, node: ast.Call) -> ast.AST:
-        node = self.generic_visit(node)
+        node = cast(ast.Call, self.generic_visit(node))  # generic_visit returns the node it was given
         if isinstance(node.func, ast.Attribute) and node.func.attr == "contiguous" and not node.args:
             return node.func.value
         if isinstance(node.func, ast.Attribute) and node.func.attr == "view":
@@ -141,10 +142,9 @@ def _sizes(fn: ast.AST) -> set[str]:
                     if _size_expr(n.value):
                         sized.add(x.id)
         elif isinstance(n, (ast.AugAssign, ast.AnnAssign, ast.For, ast.NamedExpr)):
-            t = n.target
-            for x in ast.walk(t):
-                if isinstance(x, ast.Name):
-                    bound[x.id] = bound.get(x.id, 0) + 2
+            for m in ast.walk(n.target):
+                if isinstance(m, ast.Name):
+                    bound[m.id] = bound.get(m.id, 0) + 2
     return {k for k in sized if bound.get(k) == 1}
 
 
@@ -181,7 +181,7 @@ def _guard(node: ast.If) -> bool:
     return len(node.body) == 1 and isinstance(node.body[0], ast.Raise)
 
 
-def _unit(node: ast.AST) -> int | None:
+def _unit(node: ast.Call) -> int | None:
     """The side of a min/max that is the literal 0 or 1, if one is (0: first, 1: second)."""
     for i, a in enumerate(node.args[:2]):
         if isinstance(a, ast.Constant) and type(a.value) is int and a.value in (0, 1):
@@ -203,7 +203,7 @@ class Instrument(ast.NodeTransformer):
         self.sizes: set[str] = set()  # element-count names of the function being visited (_empty_guard)
 
     # --- probes -------------------------------------------------------------------------------------------------------
-    def _key(self, node: ast.AST, kind: str) -> str:
+    def _key(self, node: ast.expr | ast.stmt, kind: str) -> str:
         line = node.lineno + self.offset
         key = f"{line}:{node.col_offset}:{kind}"
         if key not in self.sites:
@@ -223,7 +223,7 @@ class Instrument(ast.NodeTransformer):
         """node wrapped as one condition site, its children instrumented (a comparison or a boolean `&` is wrapped
         once here, not again as itself)."""
         inner = self.generic_visit(node) if isinstance(node, (ast.Compare, ast.BinOp)) else self.visit(node)
-        return self._wrap(node, inner)
+        return self._wrap(node, cast(ast.expr, inner))  # an expression's visit gives an expression
 
     def _wrap(self, node: ast.expr, inner: ast.expr) -> ast.expr:
         return ast.copy_location(self._rec("cond", self._key(node, "cond"), inner), node)
@@ -242,7 +242,7 @@ class Instrument(ast.NodeTransformer):
         return out if isinstance(out, list) else [out] if out is not None else []
 
     # --- functions ----------------------------------------------------------------------------------------------------
-    def visit_FunctionDef(self, node: ast.FunctionDef) -> ast.AST:
+    def visit_FunctionDef(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> ast.AST:
         node.decorator_list = [self.visit(d) for d in node.decorator_list]
         node.args = self.visit(node.args)
         jit = _is_jit(node)
@@ -314,12 +314,12 @@ class Instrument(ast.NodeTransformer):
         return node
 
     def visit_Compare(self, node: ast.Compare) -> ast.AST:
-        node = self.generic_visit(node)
+        node = cast(ast.Compare, self.generic_visit(node))  # the node it was given
         return self._wrap(node, node) if self.depth else node
 
     def visit_BinOp(self, node: ast.BinOp) -> ast.AST:
         combined = self.depth and _bitop(node)  # judged on the source, before the operands are wrapped
-        node = self.generic_visit(node)
+        node = cast(ast.BinOp, self.generic_visit(node))  # the node it was given
         return self._wrap(node, node) if combined else node
 
     def visit_comprehension(self, node: ast.comprehension) -> ast.AST:

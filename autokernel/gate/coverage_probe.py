@@ -121,7 +121,7 @@ def install_interpreter(filename: str) -> None:
         ast.increment_lineno(tree, offset)
         return tree
 
-    _transform_ast._coverage = filename
+    _transform_ast._coverage = filename  # type: ignore[attr-defined]  # a function attribute, read back by getattr
     FunctionRewriter._transform_ast = _transform_ast
 
 
@@ -155,6 +155,7 @@ def install_autotune(recorder: Recorder, module_name: str, salt: int) -> None:
         configs = list(self.configs)
         if getattr(fn, "__module__", None) != module_name or len(configs) < 2:
             return plain(self, *args, **kwargs)
+        assert fn is not None  # its __module__ is module_name
         if ForcedConfig.index >= 0:
             firsts = _distinct(configs)
             i = firsts[ForcedConfig.index % len(firsts)]
@@ -171,7 +172,7 @@ def install_autotune(recorder: Recorder, module_name: str, salt: int) -> None:
         finally:
             self.configs = configs
 
-    run._coverage, run._plain = True, plain
+    run._coverage, run._plain = True, plain  # type: ignore[attr-defined]  # function attributes, read by getattr
     Autotuner.run = run
 
 

@@ -19,8 +19,9 @@ def constants(gaps: list[tuple[Site, str]], named: dict[str, int] | None = None)
     `600.5 < M` is a threshold too), and their neighbours; `named`: the file's int constants, for names in the text
     (`M > LIMIT`)."""
     out: set[int] = set()
+    known = named or {}
     for s, _ in gaps:
-        numbers = _NUMBER.findall(s.text) + [str(named[n]) for n in _NAME.findall(s.text) if n in (named or {})]
+        numbers = _NUMBER.findall(s.text) + [str(known[n]) for n in _NAME.findall(s.text) if n in known]
         for m in numbers:
             try:
                 v = float(m)
@@ -60,7 +61,7 @@ MAX_STEER_CONSTANTS = 64  # numbers from unreached conditions tried per verdict 
 DENSE_REACH = 16  # later rounds try other dimensions up to this many times their traced size (within the cost cap)
 
 
-def _steerable(spec, shape: dict) -> dict[str, int]:
+def _steerable(spec, shape: dict) -> dict[str, tuple[int, int]]:
     from autokernel.gate import schedule
     dims = {d: (1, UNBOUNDED) for d in spec.extra.get("sweep", (next(iter(shape)),))}
     rng = schedule.range_dim(spec, [shape])
@@ -96,16 +97,16 @@ def steer(spec, planned: list, gaps: list[tuple[Site, str]], seed: int, round_: 
     tied = schedule.RANGE_OVERRIDES.get(spec.name, schedule.NO_OVERRIDE)[2]  # take the range value too (S = L)
 
     def at(shape: dict, d: str, v: int) -> tuple[dict, bool]:
-        ranged = bool(rng) and d == rng[0]
+        ranged = rng is not None and d == rng[0]
         return {**shape, d: v, **({t: v for t in tied} if ranged else {})}, ranged
 
     want: list[tuple[dict, bool]] = []  # (shape, on the range dimension)
     if round_ == 0:
         for c in sorted(constants(gaps, named))[:MAX_STEER_CONSTANTS]:
-            for d, step in free.items():
-                want += [at(base, d, v) for v in _on_step(c, step)]
+            for d, lim in free.items():
+                want += [at(base, d, v) for v in _on_step(c, lim)]
                 if rng and d in rng[1]:
-                    want += [at(rng[1], d, v) for v in _on_step(c, step)]
+                    want += [at(rng[1], d, v) for v in _on_step(c, lim)]
         for d, (step, top) in free.items():  # a dimension taken in blocks (matmul_q4_1's K in 32s): the sizes a
             v = 2 * step  # remainder test `K % BLOCK_K` is 0 at are the block-aligned ones, powers of two up to the
             while step > 1 and v <= min(base[d], top):  # traced size (random sizes miss them often)
@@ -114,14 +115,14 @@ def steer(spec, planned: list, gaps: list[tuple[Site, str]], seed: int, round_: 
     else:
         if rng and max_rows > 1:
             want += [at(rng[1], rng[0], v) for v in dense_values(max_rows, r.getrandbits(63))]
-        for d, step in free.items():
-            values = dense_values(min(DENSE_REACH * base[d] + 1, step[1]), r.getrandbits(63), per_octave=1)
-            want += [at(base, d, w) for v in values for w in _on_step(v, step)[:1]]
+        for d, lim in free.items():
+            values = dense_values(min(DENSE_REACH * base[d] + 1, lim[1]), r.getrandbits(63), per_octave=1)
+            want += [at(base, d, w) for v in values for w in _on_step(v, lim)[:1]]
         r.shuffle(want)
     out = []
     for shape, ranged in want:
         key = ",".join(f"{k}={v}" for k, v in shape.items())
-        over = schedule.cost(spec, shape) > cap and not (ranged and shape[rng[0]] <= max_rows)
+        over = schedule.cost(spec, shape) > cap and not (ranged and rng is not None and shape[rng[0]] <= max_rows)
         if key in done or over:
             continue
         done.add(key)

@@ -99,9 +99,9 @@ def baseline(policy: Policy, kernels_dir: Path) -> dict:
     phase = _Phase(clock)
     eng.model.ops.observer = _counter(calls, phase)
     rows = [eng.encode_prompt(p) for p in policy.e2e.prompts]
-    steps: list[torch.Tensor] = []
-    new, logits = decode(eng, rows, policy.e2e.max_new_tokens, phase, steps)
-    sampled(eng, steps, 1.0, 0, phase)  # counts the calls only a sampling generation makes (softmax)
+    step_logits: list[torch.Tensor] = []
+    new, logits = decode(eng, rows, policy.e2e.max_new_tokens, phase, step_logits)
+    sampled(eng, step_logits, 1.0, 0, phase)  # counts the calls only a sampling generation makes (softmax)
     phase("end")
     eng.model.ops.observer = None
     steps = max((len(x) - len(r) for x, r in zip(logits, rows)), default=0)
@@ -125,7 +125,8 @@ class _Phase:
     """on_phase for decode(): the current phase's name, and each finished phase's seconds in `clock`."""
 
     def __init__(self, clock: dict):
-        self.clock, self.name, self.t = clock, None, time.perf_counter()
+        self.clock, self.t = clock, time.perf_counter()
+        self.name: str | None = None
 
     def __call__(self, name: str) -> None:
         now = time.perf_counter()
@@ -208,7 +209,7 @@ def plan(op: str, policy: Policy, base: dict, measured: dict | None, rng: random
     cost = _layer_costs(op, call_s, calls, groups)
     order = [g for g in groups if g is not None]
     (rng or random.Random(secrets.randbits(64))).shuffle(order)
-    fixed = [g for g in groups if g is None]  # the sites outside the layers: always (docstring)
+    fixed: list[int | None] = [g for g in groups if g is None]  # the sites outside the layers: always (docstring)
     engine_s = float(base.get("load_s", 0.0)) + float(base.get("prefill_s", 0.0))
 
     def interpreted(k: int, prefill: bool, g: int) -> float:
@@ -229,7 +230,7 @@ def plan(op: str, policy: Policy, base: dict, measured: dict | None, rng: random
         g += 1
     if k == n and prefill and g == g_max:
         return {**full, "predicted_s": predict(k, prefill, g)}
-    chosen = set(fixed + order[:k])
+    chosen = {*fixed, *order[:k]}
     sites = {ph: sorted(s for s in calls.get(ph, {}) if e2e_child.layer_of(s) in chosen and (prefill or ph == "decode"))
              for ph in PHASES}
     return {"sites": sites, "layers": len(chosen), "of_layers": len(groups), "prefill": prefill, "new_tokens": g,
@@ -271,8 +272,8 @@ def _per_call(op: str, call_s: dict[str, float]):
     def predict(shape: dict[str, int]) -> float:
         lead, kin = rows(shape)
         n = shape[lead]
-        if at(kin, n) is not None:
-            return at(kin, n)
+        if (exact := at(kin, n)) is not None:
+            return exact
         if not kin:
             return fallback(shape)
         m, t = kin[-1]  # measured only below n: grow it as the best-measured relative grows from m to n
@@ -420,6 +421,7 @@ def stage(op: str, candidate: Path, policy: Policy, job_dir: Path | None = None,
     rows, new, why = _returned(res.data, base, g)
     if why:
         return StageResult.fail("e2e", "e2e.bad_output", why)
+    assert rows is not None  # _returned gives rows wherever it gives no reason
     judged, why, seen = judge_calls(op, res.data.get("calls"))
     missing = sorted(expected_sites(calls, p["sites"], site_phases(g)) - seen)
     if not why and missing:

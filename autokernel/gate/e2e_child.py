@@ -117,8 +117,11 @@ class Capture:
 
     def __init__(self, seed: int, p: float, site_phases: tuple[str, ...] = ()):
         import random
-        self.rng, self.p, self.calls, self.bytes, self.phases = random.Random(seed), p, [], 0, set()
-        self.site_phases, self.sites = frozenset(site_phases), set()
+        self.rng, self.p, self.bytes = random.Random(seed), p, 0
+        self.calls: list[list[object]] = []  # [phase, site, arguments before, outputs]
+        self.phases: set[str] = set()
+        self.site_phases = frozenset(site_phases)
+        self.sites: set[tuple[str, str]] = set()  # (phase, site)
 
     def __call__(self, phase: str, site: str, fn, args):
         first = phase not in self.phases
@@ -172,7 +175,8 @@ def run(payload: dict, inputs: Path) -> dict:
 
     def on_phase(name):  # the sampled pass runs the candidate at every sampling site: the plan cuts layers only
         route(eng, op, None if sites is None else sites.get(name), capture, name)
-    sample, steps = payload.get("sample"), []
+    sample = payload.get("sample")
+    steps: list[torch.Tensor] = []
     new, logits = decode(eng, payload["prompts"], payload["new_tokens"], on_phase, steps if sample else None)
     sample_error = sampled(eng, steps, float(sample["temperature"]), int(sample["seed"]), on_phase) if sample else ""
     snap, calls = _BytesIO(), _BytesIO()

@@ -22,7 +22,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, AbstractSet, Any, cast
 
 import torch
 
@@ -67,7 +67,7 @@ larger_shape = schedule.larger_shape
 
 def plan(spec: OpSpec, shapes: list[dict] | None, dtypes: list[torch.dtype] | None,
          dists: list[str] | None, seed: int = 0, max_rows: int = 0,
-         thresholds: set[int] = frozenset()) -> list[tuple[dict, torch.dtype, str, int]]:
+         thresholds: AbstractSet[int] = frozenset()) -> list[tuple[dict, torch.dtype, str, int]]:
     """(shape, dtype, dist, schedule.FULL | SINGLE) for every case, smoke cases first (autokernel.gate.schedule);
     max_rows/thresholds: the production-range sweep (policy gate.max_rows, autokernel.gate.thresholds)."""
     return schedule.plan(spec, shapes, dtypes, dists, DISTS, seed, max_rows, thresholds)
@@ -107,7 +107,10 @@ def make_case(spec: OpSpec, index: int, planned_case, seed: int) -> Case:
     used = {v for _, v in steps}
     a = _inputs(spec, shape, dtype, dist, _derive(seed, index, "a"), dev)
     b = _inputs(spec, shape, dtype, dist, _derive(seed, index, "b"), dev) if used & {"b", "t"} else None
-    t = _constrained(spec, schedule.tweak(a, b, _derive(seed, index, "t"))) if "t" in used else None
+    t = None
+    if "t" in used:
+        assert b is not None  # drawn above wherever "t" is used
+        t = _constrained(spec, schedule.tweak(a, b, _derive(seed, index, "t")))
     return Case(cid, shape, dtype, dist, calls, a, b, t, steps)
 
 
@@ -146,7 +149,8 @@ def _child_failure(failure: Any, by_id: dict[str, Case]) -> tuple[str, str] | No
     reason, detail = failure.get("reason"), failure.get("detail")
     if reason not in REASONS or not reason.startswith(("runtime.", "numeric.")) or not isinstance(detail, str):
         return None
-    case = by_id.get(failure.get("case") if isinstance(failure.get("case"), str) else "")
+    cid = failure.get("case")
+    case = by_id.get(cid if isinstance(cid, str) else "")
     if case is not None:
         detail = detail.replace(f"case {case.id}", case.label())
     return reason, " ".join(detail.split())[:400]
@@ -199,12 +203,16 @@ class _Runner:
                 inputs[f"{c.id}.{v}.pt"] = getattr(c, v)
                 files.setdefault(c.id, {})[v] = f"{c.id}.{v}.pt"
         payload: harness.NumericPayload = {"op": self.spec.name, "candidate": self.candidate.name,
-                                           "poison": self.poison, "cases": files, "calls": calls, "soft_s": soft_s,
+                                           "poison": self.poison, "cases": files,
+                                           "calls": cast("list[harness.CallSpec]", calls),  # Call.payload's dicts
+                                           "soft_s": soft_s,
                                            "salt": _derive(self.seed, "autotune")}
         target = self.spec.extra.get("target")  # a target checkout's op (autokernel/target/contract.py)
         where = {}
         if target:
-            payload["target"] = {k: target[k] for k in ("module", "launcher", "outputs", "written", "preload")}
+            payload["target"] = {"module": target["module"], "launcher": target["launcher"],
+                                 "outputs": target["outputs"], "written": target["written"],
+                                 "preload": target["preload"]}
             where = {"pythonpath": [target["root"]]}
             prepare = self.spec.extra["prepare"]  # its reference's own sandboxed job, for every value set used
             prepare([getattr(c, v) for c in chunk for v in sorted({v for _, v in c.steps})])
@@ -260,7 +268,8 @@ class _Runner:
                 continue
             self.calls += 1
             self.launches += rec["launches"]
-            s = rec.get("seconds") if isinstance(rec.get("seconds"), float) else 0.0
+            seconds = rec.get("seconds")
+            s = seconds if isinstance(seconds, float) else 0.0
             self.candidate_s += s
             key = json_shape(by_id[call["case"]].shape)
             self.call_s[key] = max(self.call_s.get(key, 0.0), s)
@@ -504,7 +513,9 @@ def _reach(runner: _Runner, planned, skipped: dict[str, str], slots: list, cover
     top = schedule.range_shapes(spec, shapes, runner.seed, cover.production_rows)
     if not top:
         return {}
-    dim = schedule.range_dim(spec, shapes)[0]
+    picked = schedule.range_dim(spec, shapes)
+    assert picked is not None  # range_shapes gave shapes: there is a range dimension
+    dim = picked[0]
     shape = top[-1]
     # linear in work from the costliest shape measured (the plan's own range cases: the same kernel path, at scale);
     # per_call_model's steepest slope, fitted to small calls, overstates a long one tenfold
@@ -612,14 +623,14 @@ def _chunked(runner: _Runner, planned, skipped: dict[str, str], lanes: int, star
     cap_s = CHUNK_TIME_FRACTION * runner.limits.timeout_s
     budget_s = min(cap_s, rest_s / lanes) if parallel else cap_s
     chunk: list[Case] = []
-    size = est = 0.0
+    chunk_bytes = est = 0.0
     for c in [*todo, *(c for _, c in made)]:
         n, t = c.nbytes(), runner.estimate_s(c)
-        if chunk and (size + n > CHUNK_BYTES or est + t > budget_s):
+        if chunk and (chunk_bytes + n > CHUNK_BYTES or est + t > budget_s):
             yield Chunk(chunk, est, 1, parallel)
-            chunk, size, est = [], 0.0, 0.0
+            chunk, chunk_bytes, est = [], 0.0, 0.0
         chunk.append(c)
-        size, est = size + n, est + t
+        chunk_bytes, est = chunk_bytes + n, est + t
     if chunk:
         yield Chunk(chunk, est, 1, parallel)
 

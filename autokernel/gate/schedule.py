@@ -34,7 +34,7 @@ from __future__ import annotations
 import hashlib
 import random
 from dataclasses import dataclass, field
-from typing import Any
+from typing import AbstractSet, Any
 
 import torch
 
@@ -71,6 +71,10 @@ def cost(spec: OpSpec, shape: dict) -> int:
     return max(spec.flops(shape), spec.bytes_moved(shape, torch.float32))
 
 
+def _costliest(spec: OpSpec, shapes: list[dict[str, int]]) -> dict[str, int]:
+    return max(shapes, key=lambda s: cost(spec, s))
+
+
 def _is_prime(n: int) -> bool:
     return n > 1 and all(n % p for p in range(2, int(n ** 0.5) + 1))
 
@@ -82,7 +86,7 @@ def larger_shape(spec: OpSpec, shapes: list[dict[str, int]]) -> dict[str, int] |
         return dict(spec.extra["larger_shapes"][0])
     if not shapes:
         return None
-    big = dict(max(shapes, key=lambda s: cost(spec, s)))
+    big = dict(_costliest(spec, shapes))
     k = next(iter(big))
     big[k] = 2 * big[k] + 1
     return big
@@ -94,7 +98,7 @@ def sweep_shapes(spec: OpSpec, traced: list[dict[str, int]], seed: int) -> list[
     embedding tables). The budget is LARGER_COST_FACTOR times the most expensive traced shape's cost."""
     if not traced:
         return []
-    base = {**max(traced, key=lambda s: cost(spec, s)), **spec.extra.get("sweep_base", {})}
+    base = {**_costliest(spec, traced), **spec.extra.get("sweep_base", {})}
     limit = LARGER_COST_FACTOR * max(cost(spec, s) for s in traced)
     out = []
     for dim in spec.extra.get("sweep", (next(iter(base)),)):
@@ -118,7 +122,7 @@ def range_dim(spec: OpSpec, traced: list[dict[str, int]]) -> tuple[str, dict[str
     override = RANGE_OVERRIDES.get(spec.name, NO_OVERRIDE)
     if not traced or spec.extra.get("range_dim", override[0]) is None:
         return None
-    base = {**max(traced, key=lambda s: cost(spec, s)), **spec.extra.get("sweep_base", {}),
+    base = {**_costliest(spec, traced), **spec.extra.get("sweep_base", {}),
             **spec.extra.get("range_base", override[1])}
     dims = spec.extra.get("sweep", (next(iter(base)),))
     dim = spec.extra.get("range_dim", override[0] or dims[-1])
@@ -126,7 +130,7 @@ def range_dim(spec: OpSpec, traced: list[dict[str, int]]) -> tuple[str, dict[str
 
 
 def range_shapes(spec: OpSpec, traced: list[dict[str, int]], seed: int, max_rows: int,
-                 thresholds: set[int] = frozenset()) -> list[dict[str, int]]:
+                 thresholds: AbstractSet[int] = frozenset()) -> list[dict[str, int]]:
     """The production-range shapes (module docstring): log-spaced from past the cost-bounded sweep (past SWEEP's
     last value and twice the largest traced size) up to max_rows, with secret jitter, and each literal threshold's
     neighbours."""
@@ -163,7 +167,7 @@ def at_rows(spec: OpSpec, traced: list[dict[str, int]], v: int) -> dict[str, int
 
 def plan(spec: OpSpec, shapes: list[dict] | None, dtypes: list[torch.dtype] | None, dists: list[str] | None,
          all_dists: tuple[str, ...], seed: int = 0, max_rows: int = 0,
-         thresholds: set[int] = frozenset()) -> list[tuple[dict, torch.dtype, str, int]]:
+         thresholds: AbstractSet[int] = frozenset()) -> list[tuple[dict, torch.dtype, str, int]]:
     """(shape, dtype, dist, FULL | SINGLE) for every case, smoke cases (every shape, first dtype, first dist, full)
     first: they run as their own sandbox job, so most wrong candidates are turned away after a fraction of the work.
 
