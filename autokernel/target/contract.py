@@ -222,14 +222,16 @@ def _dtype(name: str, primary: torch.dtype, case_dtype: torch.dtype) -> torch.dt
 
 
 def _scalar(d: tuple, gen: torch.Generator, rule: dict | None = None):
-    """A float argument: the recorded value half the time, else drawn over the declared range (log-uniform where it
-    is positive: `inputs = { eps = { low = 1e-6, high = 1e-5 } }`), else within a factor 10 of the recorded value
-    (0.0: uniform in [-1, 1]). Other kinds as recorded."""
+    """A float argument: half the time the recorded value or one of the declared common ones (`common = [1e-5,
+    1e-6]`, values production sends that this workload did not), else drawn over the declared range (log-uniform
+    where it is positive: `inputs = { eps = { low = 1e-6, high = 1e-5 } }`), else within a factor 10 of the recorded
+    value (0.0: uniform in [-1, 1]). Other kinds as recorded."""
     kind, value = d[0], d[1] if len(d) > 1 else None
     if kind != "float":
         return value
     if int(torch.randint(0, 2, (1,), generator=gen)):
-        return float(value)
+        common = [float(value)] + [float(c) for c in (rule or {}).get("common", ()) if float(c) != float(value)]
+        return common[int(torch.randint(0, len(common), (1,), generator=gen))] if len(common) > 1 else float(value)
     u = float(torch.rand((), generator=gen, dtype=torch.float64))
     if rule and "low" in rule and "high" in rule:
         lo, hi = float(rule["low"]), float(rule["high"])
@@ -251,6 +253,9 @@ def check_inputs(op: decl.Op, lays: list[Layout]) -> None:
             tensor = kind[0] == "tensor"
             floating = kind[1] in FLOATS if tensor else kind[0] == "float"
             ranged = "low" in rule or "high" in rule
+            if "common" in rule and (tensor or not floating):
+                raise UserError(f"{where}: common applies to a float argument; {name} is {kind[0]} "
+                                f"(docs/targets.md)")
             if "repeat" in rule and not (tensor and floating):
                 raise UserError(f"{where}: repeat applies to a float tensor (docs/targets.md)")
             if ranged and tensor and floating:
@@ -412,12 +417,12 @@ def size_columns(op: decl.Op, lays: list[Layout]) -> Columns:
 
 
 def size_values(size: decl.Size, name: str, seed: int) -> list[int]:
-    """Low, high and a secret size between them (log-uniform from the verdict's seed, odd): a kernel right only at
-    the sizes named in a declaration or in this code is wrong at the third."""
+    """Low, high, a secret size between them (log-uniform from the verdict's seed, odd) and the declared `also`
+    sizes: a kernel right only at the sizes named in a declaration or in this code is wrong at the secret one."""
     import random
     r = random.Random(f"{seed}:{name}")
     mid = int(round(size.low * (size.high / size.low) ** r.random())) | 1
-    return sorted({size.low, min(max(mid, size.low), size.high), size.high})
+    return sorted({size.low, min(max(mid, size.low), size.high), size.high, *size.also})
 
 
 def spec(op: decl.Op, calls: LauncherCalls, table: ReferenceTable, seed: int = 0) -> OpSpec:
@@ -436,7 +441,8 @@ def spec(op: decl.Op, calls: LauncherCalls, table: ReferenceTable, seed: int = 0
             for name, size in op.sizes.items() for v in size_values(size, name, seed) for i, lay in enumerate(lays)]
     dtypes = tuple(dict.fromkeys(lay.dtype for lay in lays))
     fixed = [lay for lay in lays if not lay.m]
-    doc = (f"{op.name}: the checkout's {calls.launcher} in {op.file}, judged against its reference "
+    doc = (f"{op.doc} " if op.doc else "") + (
+           f"{op.name}: the checkout's {calls.launcher} in {op.file}, judged against its reference "
            f"{op.references[calls.launcher]} "
            f"on the {len(lays)} argument layout(s) the workload sent")
     if fixed:

@@ -14,6 +14,9 @@
     tolerance = { atol = 1e-5, rtol = 1e-5 }   # optional: replaces the derived tolerance
     protected = false                          # optional: true = never rewritten
     work = { flops = "4 * X.numel", bytes = "2 * X.nbytes + W.nbytes" }   # optional: per call, for roofline ranking
+    inputs = { eps = { low = 1e-6, high = 1e-5, common = [1e-6, 1e-5] } }  # optional: what random values respect
+    sizes = { hidden = { of = ["X.shape[-1]", "W.shape[0]"], low = 1, high = 8192, also = [431] } }  # optional
+    doc = "RMSNorm of each row of X, scaled by W"   # optional: what it computes, for the prompt and the verdict
 
 The file is untrusted input (docs/design.md, trust rule 6): it is read as a regular file inside the checkout, every
 module and file it names must be one too, and nothing in it is imported or run here: its code runs in the sandbox.
@@ -25,6 +28,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from autokernel import paths
 from autokernel.errors import UserError
@@ -39,8 +43,10 @@ TODO = "TODO"
 ENTRY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*\Z")
 QUALNAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*\Z")
 OP_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}\Z")
-OP_FIELDS = {"file", "launchers", "reference", "outputs", "tolerance", "protected", "inputs", "work", "sizes"}
-INPUT_FIELDS = {"repeat", "low", "high"}  # per launcher parameter: what the gate's random values must respect
+OP_FIELDS = {"file", "launchers", "reference", "outputs", "tolerance", "protected", "inputs", "work", "sizes", "doc"}
+INPUT_FIELDS = {"repeat", "low", "high", "common"}  # per launcher parameter: what the gate's random values respect
+MAX_COMMON = 16  # values in a scalar's `common` list, or a size's `also` list
+MAX_DOC = 2000  # characters of an op's `doc`
 SIZE_COLUMN = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)(?:\.shape\[(-?[0-9])\])?\Z")  # X.shape[-1], or an int n_cols
 MAX_SIZE = 1 << 20
 HELP = "(docs/targets.md)"
@@ -54,6 +60,7 @@ class Size:
     of: tuple[tuple[str, int | None], ...]  # (parameter, dimension) of a tensor, or (parameter, None) of an int
     low: int
     high: int
+    also: tuple[int, ...] = ()  # exact sizes checked besides (odd widths a kernel's tiling must handle)
 
 
 @dataclass
@@ -65,9 +72,10 @@ class Op:
     outputs: dict[str, list[int]] = field(default_factory=dict)  # launcher -> compared return values (else all)
     tolerance: dict[str, float] | None = None
     protected: bool = False
-    inputs: dict[str, dict[str, float]] = field(default_factory=dict)  # parameter -> {repeat | low | high}
+    inputs: dict[str, dict[str, Any]] = field(default_factory=dict)  # parameter -> {repeat | low | high | common}
     work: dict[str, str] | None = None  # {flops, bytes}: expressions per launcher call (autokernel/target/work.py)
     sizes: dict[str, Size] = field(default_factory=dict)  # sizes besides the token count the gate also moves
+    doc: str = ""  # what the op computes, in the declaration's words: the agent's prompt and the verdict show it
 
     @property
     def reference(self) -> str:
@@ -199,7 +207,15 @@ def _op(name: str, spec, path: Path, root: Path) -> Op:
     from autokernel.target import work
     counts = work.table(spec["work"], f"{where} work") if "work" in spec else None
     return Op(name, file, list(launchers), references, outputs, tol and {k: float(v) for k, v in tol.items()},
-              protected, _inputs(spec.get("inputs", {}), where), counts, _sizes(spec.get("sizes", {}), where))
+              protected, _inputs(spec.get("inputs", {}), where), counts, _sizes(spec.get("sizes", {}), where),
+              _doc(spec.get("doc", ""), where))
+
+
+def _doc(value, where: str) -> str:
+    """`doc = "..."`: one paragraph of printable text (no control characters), at most MAX_DOC characters."""
+    if not (isinstance(value, str) and len(value) <= MAX_DOC and value.isprintable()):
+        raise UserError(f"{where} doc: one line of printable text, at most {MAX_DOC} characters {HELP}")
+    return value.strip()
 
 
 def _per_launcher(value, launchers: list[str], where: str, check, partial: bool = False) -> dict:
@@ -235,32 +251,40 @@ def _outputs(value, where: str) -> list[int]:
     return list(value)
 
 
-def _inputs(value, where: str) -> dict[str, dict[str, float]]:
-    """`inputs = { cos = { repeat = 2 }, position_ids = { low = 0, high = 256 }, eps = { low = 1e-6, high = 1e-5 } }`:
-    the last dimension is its first 1/repeat repeated (rope's duplicated cos/sin halves); an integer tensor's values
-    in [low, high); a float argument's range (checked against the launcher's calls: autokernel/target/contract.py)."""
+def _inputs(value, where: str) -> dict[str, dict]:
+    """`inputs = { cos = { repeat = 2 }, position_ids = { low = 0, high = 256 }, eps = { low = 1e-6, high = 1e-5,
+    common = [1e-5, 1e-6] } }`: the last dimension is its first 1/repeat repeated (rope's duplicated cos/sin halves);
+    an integer tensor's values in [low, high); a float argument's range and the values production commonly sends
+    (checked against the launcher's calls: autokernel/target/contract.py)."""
     def number(k, x) -> bool:
+        if k == "common":
+            return isinstance(x, list) and 0 < len(x) <= MAX_COMMON and all(number("", c) for c in x)
         return (type(x) is int and 0 <= x < 1 << 31) or (k != "repeat" and type(x) is float and math.isfinite(x))
     if not isinstance(value, dict) or not all(
             isinstance(k, str) and QUALNAME.match(k) and isinstance(v, dict) and v and set(v) <= INPUT_FIELDS
             and all(number(f, x) for f, x in v.items()) and v.get("low", 0) < v.get("high", math.inf)
             for k, v in value.items()):
-        raise UserError(f"{where} inputs: {{ <parameter> = {{ repeat = N }} | {{ low = A, high = B }} }}, A < B "
-                        f"(integers for an integer tensor, numbers for a float argument) {HELP}")
-    return {k: dict(v) for k, v in value.items()}
+        raise UserError(f"{where} inputs: {{ <parameter> = {{ repeat = N }} | {{ low = A, high = B, common = [C, "
+                        f"...] }} }}, A < B (integers for an integer tensor, numbers for a float argument; common: "
+                        f"1 to {MAX_COMMON} numbers) {HELP}")
+    return {k: {f: list(x) if isinstance(x, list) else x for f, x in v.items()} for k, v in value.items()}
 
 
 def _sizes(value, where: str) -> dict[str, Size]:
     """`sizes = { hidden = { of = ["X.shape[-1]", "W.shape[0]"], low = 16, high = 8192 } }`: every column listed
     carries the size (a tensor's dimension, or an int parameter), low <= high."""
     usage = (f"{where} sizes: {{ <name> = {{ of = [\"X.shape[-1]\", \"W.shape[0]\", \"n_cols\"], low = 1, "
-             f"high = 8192 }} }}: the columns that carry one size, and its range {HELP}")
+             f"high = 8192, also = [431] }} }}: the columns that carry one size, its range, and (optional) up to "
+             f"{MAX_COMMON} exact sizes besides {HELP}")
     if not isinstance(value, dict):
         raise UserError(usage)
     out = {}
     for name, v in value.items():
         ok = isinstance(name, str) and QUALNAME.match(name) and "." not in name and name not in ("M", "layout") \
-            and isinstance(v, dict) and set(v) == {"of", "low", "high"} and isinstance(v["of"], list) \
+            and isinstance(v, dict) and {"of", "low", "high"} <= set(v) <= {"of", "low", "high", "also"} \
+            and isinstance(v["of"], list) and isinstance(v.get("also", []), list) \
+            and len(v.get("also", [])) <= MAX_COMMON and all(type(a) is int and 1 <= a <= MAX_SIZE
+                                                             for a in v.get("also", [])) \
             and 0 < len(v["of"]) <= 16 and all(isinstance(c, str) and SIZE_COLUMN.match(c) for c in v["of"]) \
             and all(type(v[k]) is int and 1 <= v[k] <= MAX_SIZE for k in ("low", "high")) and v["low"] <= v["high"]
         if not ok:
@@ -269,7 +293,7 @@ def _sizes(value, where: str) -> dict[str, Size]:
         for c in v["of"]:
             m = SIZE_COLUMN.match(c)
             cols.append((m.group(1), int(m.group(2)) if m.group(2) is not None else None))  # type: ignore[union-attr]
-        out[name] = Size(tuple(cols), v["low"], v["high"])
+        out[name] = Size(tuple(cols), v["low"], v["high"], tuple(sorted(set(v.get("also", [])))))
     return out
 
 

@@ -30,7 +30,9 @@ class TargetEvaluator:
 
     def __init__(self, root: Path, op: str, policy, run_dir: Path, trace: Path | None):
         self.root, self.op, self.policy, self.run_dir, self.trace = root, op, policy, run_dir, trace
-        self.leaf = Path(decl.load(root).ops[op].file).name
+        d = decl.load(root)
+        assert d is not None  # work_on() read the declaration before it made the evaluator
+        self.leaf = Path(d.ops[op].file).name
         self.seen: dict[str, Feedback] = {}
         self.measurements: dict[str, object] = {}
 
@@ -144,7 +146,8 @@ def prompt(root: Path, op: decl.Op, trace: dict) -> Prompt:
               "no caching, no special cases for the shapes below.")
     task = (f"Op `{op.name}`: file `{op.file}`, launcher `{', '.join(op.launchers)}`, reference `{op.reference}`"
             + (f" ({100 * share:.1f}% of the profiled launch time)" if isinstance(share, (int, float)) else "")
-            + f".\nThe workload's calls:\n{layouts}\n" + _roofline_line(entry, trace)
+            + ".\n" + (f"What it computes (the declaration's doc): {op.doc}\n" if op.doc else "")
+            + f"The workload's calls:\n{layouts}\n" + _roofline_line(entry, trace)
             + _sizes_line(op)
             + (f"{what} within {tol}):\n```python\n{ref}\n```\n" if ref
                else f"Outputs are judged within {tol}.\n")
@@ -170,7 +173,7 @@ def _sizes_line(op: decl.Op) -> str:
     if not op.sizes:
         return ""
     parts = [f"{name} ({', '.join(p + ('' if d is None else f'.shape[{d}]') for p, d in s.of)}) from {s.low} to "
-             f"{s.high}" for name, s in op.sizes.items()]
+             f"{s.high}" + (f", and {', '.join(map(str, s.also))}" if s.also else "") for name, s in op.sizes.items()]
     return "The gate also checks other sizes production sends: " + "; ".join(parts) + ".\n"
 
 
@@ -221,6 +224,7 @@ def work_on(root: Path, name: str, ctx, run_dir: Path, trace_path: Path, t: dict
     from autokernel import git as delivery
     from autokernel.agent.loop import Session
     d = decl.load(root)
+    assert d is not None  # pipeline() profiled the target first, which refuses a checkout without a declaration
     op = d.ops[name]
     op_dir = run_dir / name
     if ctx.policy.git.commit and (dd := delivery.delivered(root, op.file, None, ctx.policy.git.branch_prefix)):
@@ -269,6 +273,7 @@ def pipeline(ctx, root: Path, op: str | None) -> list[TargetOutcome]:
     run_dir.mkdir(parents=True)
     with ctx.console.status("profiling the target's workload in the sandbox …"):
         trace_dir, _ = profile_target.profile(root, ctx.profile_policy, out=run_dir / "profile")
+    assert d is not None  # profile_target.profile() refused a checkout without a declaration
     t = rank_target.load(root, trace_dir / "summary.json")
     ranked = rank_target.rank(t, ctx.policy)
     rank_target.print_rank(t, ranked)

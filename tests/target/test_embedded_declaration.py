@@ -56,6 +56,18 @@ def test_work_expressions_count_what_the_spec_counts(declared, name):
         assert got["bytes"] == spec.bytes_moved(shape, torch.float32), (name, shape, got)
 
 
+def test_the_declaration_says_the_odd_widths_and_scalar_values_the_specs_draw(declared):
+    """What the specs check besides the token count, the declaration says too: each row op's odd widths (`also`) and
+    the scalars' common values (`common`: the values production sends, drawn half the time by spec.draw)."""
+    from autokernel.ops import add_rmsnorm, rmsnorm, rope
+    for name in ("rmsnorm", "add_rmsnorm", "silu_mul"):
+        (size,) = declared.ops[name].sizes.values()
+        assert set(size.also) == {s["N"] for s in opspecs.get(name).odd_shapes}, name
+    assert set(declared.ops["rmsnorm"].inputs["eps"]["common"]) == set(rmsnorm.EPS)
+    assert set(declared.ops["add_rmsnorm"].inputs["eps"]["common"]) == set(add_rmsnorm.EPS)
+    assert set(declared.ops["rope"].inputs["theta"]["common"]) == set(rope.THETAS)
+
+
 @pytest.mark.slow
 def test_the_embedded_engine_is_gated_through_the_contract(tmp_path, monkeypatch):
     """`verify --repo` on autokernel's own repository: the workload's launcher records (one profile of the embedded

@@ -326,7 +326,8 @@ def test_the_agents_prompt_shows_the_roofline_and_the_declared_sizes(tmp_path):
     """With `work` declared the profile has each layout's FLOPs and bytes: the model is told the op's roofline
     headroom and what bounds it, as for autokernel's own ops; declared sizes are named too."""
     from autokernel.target.run import prompt
-    root = checkout(tmp_path / "t", DECLARATION + 'sizes = { hidden = { of = ["x.shape[-1]"], low = 1, high = 64 } }\n')
+    root = checkout(tmp_path / "t", DECLARATION + 'sizes = { hidden = { of = ["x.shape[-1]"], low = 1, high = 64, '
+                    'also = [6, 37] } }\ndoc = "Rows scaled to unit root-mean-square."\n')
     op = decl.load(root).ops["norm"]
     entry = {"share": 0.5, "e2e_share": 0.5, "total_ms": 10.0,
              "shapes": [{"flops": 1e6, "bytes": 4e6, "calls": 10, "dtype": "float32"}]}
@@ -334,6 +335,7 @@ def test_the_agents_prompt_shows_the_roofline_and_the_declared_sizes(tmp_path):
     p = prompt(root, op, {"ops": {"norm": entry}, "roofline": peaks})
     assert "test peaks" in p.task and "96% headroom" in p.task and "memory-bound" in p.task, p.task
     assert "(interpreter times)" in p.task  # what the peaks measure is said with them
-    assert "hidden (x.shape[-1]) from 1 to 64" in p.task
+    assert "hidden (x.shape[-1]) from 1 to 64, and 6, 37" in p.task
+    assert "What it computes (the declaration's doc): Rows scaled to unit root-mean-square." in p.task
     p = prompt(root, op, {"ops": {"norm": {**entry, "shapes": [{"calls": 10}]}}})
     assert "headroom" not in p.task  # no work counts: no roofline line

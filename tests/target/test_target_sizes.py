@@ -13,7 +13,7 @@ from autokernel.target import contract
 from autokernel.target import declaration as decl
 from autokernel.target import gate as target_gate
 
-SIZES = DECLARATION + 'sizes = { hidden = { of = ["x.shape[-1]"], low = 1, high = 1024 } }\n'
+SIZES = DECLARATION + 'sizes = { hidden = { of = ["x.shape[-1]"], low = 1, high = 1024, also = [37] } }\n'
 FIXED_WIDTH = ("BLOCK=_block(x.shape[-1])", "BLOCK=32")  # the toy engine's rows are 32 wide
 
 
@@ -47,7 +47,7 @@ def test_the_incumbent_is_accepted_at_the_declared_sizes(tmp_path):
     assert v.accepted, [(s.name, s.reason, s.detail) for s in v.stages]
     shapes = v.stages[-1].metrics["shapes"]
     widths = {int(w) for s in shapes for w in re.findall(r"hidden=(\d+)", s)}
-    assert {1, 1024} <= widths and len(widths) == 3, shapes  # low, high and the secret one
+    assert {1, 37, 1024} <= widths and len(widths) == 4, shapes  # low, high, the declared also and the secret one
     assert "NOT CHECKED at other widths" not in v.stages[-1].detail and v.stages[-1].metrics["sizes"] == ["hidden"]
 
 
@@ -55,6 +55,21 @@ def test_the_secret_size_depends_on_the_seed():
     size = decl.Size((("x", -1),), 16, 8192)
     mids = {contract.size_values(size, "hidden", seed)[1] for seed in range(20)}
     assert len(mids) > 10 and all(16 < m < 8192 and m % 2 for m in mids)
+    also = decl.Size((("x", -1),), 16, 8192, (431, 6))
+    assert all({6, 16, 431, 8192} <= set(contract.size_values(also, "hidden", seed)) for seed in range(20))
+
+
+def test_a_declared_common_value_is_drawn_and_without_it_never():
+    """`common` adds the values production sends to a float argument's draws (the recorded value is one of them):
+    a workload that ran one model's eps still gets the other models' exact eps in its cases."""
+    import torch
+    recorded = ("float", 1e-5)
+    rule = {"low": 1e-6, "high": 1e-4}
+    plain = [contract._scalar(recorded, torch.Generator().manual_seed(i), rule) for i in range(200)]
+    common = [contract._scalar(recorded, torch.Generator().manual_seed(i), {**rule, "common": [1e-6, 3e-5]})
+              for i in range(200)]
+    assert 1e-6 not in plain and 3e-5 not in plain
+    assert {1e-6, 3e-5, 1e-5} <= set(common) and all(1e-6 <= v <= 1e-4 for v in common)
 
 
 # --- a float argument's declared range (inputs = { eps = { low = ..., high = ... } }) ------------------------------
@@ -90,6 +105,13 @@ def test_a_kernel_exact_only_near_the_recorded_scalar_is_rejected_over_the_decla
     ("inputs = { eps = { low = 1e-6 } }", "both"),
     ("inputs = { nope = { low = 1, high = 2 } }", "no parameter nope"),
     ("inputs = { eps = { low = 0.5, high = 0.1 } }", "A < B"),
+    ("inputs = { x = { common = [1.0] } }", "common applies to a float argument"),
+    ("inputs = { eps = { common = [] } }", "common: 1 to 16 numbers"),
+    ("inputs = { eps = { common = [\"1e-5\"] } }", "common: 1 to 16 numbers"),
+    ('sizes = { hidden = { of = ["x.shape[-1]"], low = 1, high = 64, also = [0] } }', "sizes:"),
+    ('sizes = { hidden = { of = ["x.shape[-1]"], low = 1, high = 64, also = 7 } }', "sizes:"),
+    ('doc = "two\\nlines"', "doc: one line of printable text"),
+    ("doc = 3", "doc: one line of printable text"),
 ])
 def test_a_bad_sizes_or_inputs_rule_is_a_user_error(tmp_path, line, expect):
     root = checkout(tmp_path / "bad", DECLARATION + line + "\n")
