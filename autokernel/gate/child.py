@@ -34,6 +34,7 @@ from __future__ import annotations
 import io
 import random
 import time
+from collections.abc import Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -274,7 +275,7 @@ def _refill(a: dict, b: dict) -> dict:
 # --- one call ---------------------------------------------------------------------------------------------------------
 
 def _call(launcher, kwargs: dict, watch: AtenWatch, hook: LaunchHook, where: str, kept: list[torch.Tensor],
-          input_fences: list = (), target: dict | None = None) -> list:
+          input_fences: Sequence = (), target: dict | None = None) -> list:
     """Make one call under the AtenWatch; its outputs, or Reject at the first thing only this process can see.
     target (harness.TargetKernel): which return values are the outputs, and which inputs the launcher writes in
     place (outputs may share their storage; they are not held unchanged)."""
@@ -463,7 +464,7 @@ def _run_calls(launcher, payload: NumericPayload, job: Path, watch: AtenWatch, h
 
 
 def _one_call(launcher, args: dict, call: CallSpec, watch: AtenWatch, hook: LaunchHook,
-              kept: list[torch.Tensor], input_fences: list = (), target=None) -> tuple[list, CallRecord]:
+              kept: list[torch.Tensor], input_fences: Sequence = (), target=None) -> tuple[list, CallRecord]:
     where = f"call {call['id']} ({call['mode']} {call['values']}, programs {call['order']}), case {call['case']}"
     hook.order.set(call["order"], call["perm_key"])
     coverage_probe.ForcedConfig.index = call.get("config", -1)

@@ -42,7 +42,7 @@ def _step(dtype) -> int:
 
 def false_claim(name: str, data: np.ndarray, values: list, step: int) -> str | None:
     """Why the hint `name` with `values` is false for `data`, or None where it holds."""
-    x = np.asarray(data).astype(np.int64, copy=False).reshape(np.shape(data) or (1,))
+    x: np.ndarray = np.asarray(data).astype(np.int64, copy=False).reshape(np.shape(data) or (1,))
     for d, v in enumerate(values[:x.ndim]):
         v = int(v)
         n = x.shape[d]
@@ -78,5 +78,5 @@ def install() -> None:
                 raise Violation(why)
         return plain(self, key, value)
 
-    set_attr._plain = plain
+    set_attr.__dict__["_plain"] = plain  # a function attribute, which mypy does not model
     cls.set_attr = set_attr

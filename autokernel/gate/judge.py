@@ -110,7 +110,7 @@ def judge_call(outs: list, refs: References, poison: dict[str, int], where: str,
                         refs.declared)
     for name, ratio in j.ratios.items():
         worst[name] = max(worst.get(name, 0.0), ratio)
-    if not j.ok:
+    if j.reason is not None:  # not j.ok
         raise Reject(j.reason, f"{j.detail} ({where})")
 
 

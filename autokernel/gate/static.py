@@ -304,8 +304,8 @@ def _check_constant(node: ast.Assign | ast.AnnAssign, facts: Facts) -> None:
         facts.add(reason, node, f"{', '.join(names)} = {ast.unparse(node.value)[:50]}: {text}")
         return
     dtype = facts.qual(node.value) if isinstance(node.value, (ast.Attribute, ast.Name)) else None
-    for n in names:
-        facts.constants[n] = dtype
+    for name in names:
+        facts.constants[name] = dtype
 
 
 def _constant_why(v: ast.AST, facts: Facts) -> tuple[str, str] | None:

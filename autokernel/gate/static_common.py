@@ -18,6 +18,11 @@ class BadStatement:
     `reject` records the finding, then what the statement holds is still checked with their `body` and `expr`, so
     every finding is reported, not only the first."""
 
+    if TYPE_CHECKING:  # each grammar's own
+        def reject(self, s: ast.stmt) -> None: ...
+        def body(self, stmts: list[ast.stmt]) -> None: ...
+        def expr(self, e: ast.AST) -> object: ...
+
     def bad_stmt(self, s: ast.stmt) -> None:
         self.reject(s)
         if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
@@ -187,7 +192,7 @@ def reinterpretations(tree: ast.AST) -> frozenset[str]:
             continue
         f = c.func
         name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
-        if name in ("to", "cast") and _bitcast_arg(c, name, method=isinstance(f, ast.Attribute) and
+        if name in ("to", "cast") and _bitcast_arg(c, method=isinstance(f, ast.Attribute) and
                                                    ast.unparse(f.value) not in ("tl", "triton.language")):
             out.add("bitcast")
         elif name == "pointer_type" and c.args:
@@ -197,7 +202,7 @@ def reinterpretations(tree: ast.AST) -> frozenset[str]:
     return frozenset(out)
 
 
-def _bitcast_arg(c: ast.Call, name: str, method: bool) -> ast.AST | None:
+def _bitcast_arg(c: ast.Call, method: bool) -> ast.AST | None:
     """The bitcast argument of a `.to()`/`.cast()` method call or a `tl.cast()` call, unless it is literally off."""
     index = 2 if method else 3  # to(dtype, fp_downcast_rounding, bitcast) / cast(input, dtype, rounding, bitcast)
     arg = next((k.value for k in c.keywords if k.arg == "bitcast"), c.args[index] if len(c.args) > index else None)
@@ -225,7 +230,7 @@ def reinterpret(c: ast.Call, facts: Facts, method: bool) -> None:
                                              (f"pointers to {', '.join(allowed)} only" if allowed else "no pointer"))
         return
     if q == "triton.language.cast" or name in ("to", "cast") and q is None:
-        if _bitcast_arg(c, "cast" if q else name, method=q is None) is not None and \
+        if _bitcast_arg(c, method=q is None) is not None and \
                 "bitcast" not in facts.reinterpret:
             facts.add("static.precision", c, f"{ast.unparse(c)[:50]}: reinterprets the bits (a float's mantissa "
                                              "masked as an integer is a narrower float; a pointer's bits are where "

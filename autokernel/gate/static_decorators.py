@@ -25,9 +25,9 @@ def check_decorators(fn: ast.FunctionDef, facts: Facts) -> None:
                                                         f"{', '.join(sorted(A.JIT_KWARGS))}")
     for d in outer:
         q = facts.qual(d.func) if isinstance(d, ast.Call) else None
-        if q == "triton.heuristics":
+        if isinstance(d, ast.Call) and q == "triton.heuristics":
             _heuristics(d, facts)
-        elif q == "triton.autotune":
+        elif isinstance(d, ast.Call) and q == "triton.autotune":
             _autotune(d, facts)
         else:
             facts.add("static.forbidden_call", d, f"@{ast.unparse(d)[:50]} on {fn.name}: only triton.autotune and "
@@ -41,11 +41,11 @@ def _heuristics(d: ast.Call, facts: Facts) -> None:
     for k, v in zip(d.args[0].keys, d.args[0].values):
         if not (isinstance(k, ast.Constant) and isinstance(k.value, str)):
             facts.add("static.forbidden_syntax", d, "triton.heuristics keys are string literals")
-        a = v.args if isinstance(v, ast.Lambda) else None
-        if a is None or len(a.args) != 1 or a.defaults or a.vararg or a.kwarg or a.kwonlyargs or a.posonlyargs:
+        if not isinstance(v, ast.Lambda) or len(v.args.args) != 1 or v.args.defaults or v.args.vararg \
+                or v.args.kwarg or v.args.kwonlyargs or v.args.posonlyargs:
             facts.add("static.forbidden_syntax", v, "a heuristic is `lambda args: <expression>`")
             continue
-        _heuristic_expr(v.body, a.args[0].arg, facts)
+        _heuristic_expr(v.body, v.args.args[0].arg, facts)
 
 
 def _heuristic_expr(e: ast.AST, param: str, facts: Facts) -> None:

@@ -225,6 +225,7 @@ class _Host(Kinds, BadStatement):
 
     # the launch and the grid -----------------------------------------------------------------------------------------
     def launch(self, c: ast.Call) -> None:
+        assert isinstance(c.func, ast.Subscript) and isinstance(c.func.value, ast.Name)  # is_launch(c)
         kernel = self.facts.jit[c.func.value.id]
         if self.report:
             precision(c, self.facts)

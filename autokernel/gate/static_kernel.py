@@ -51,9 +51,9 @@ class _Kernel(BadStatement):
                 self.locals.add(n.id)
         self.where = f"@triton.jit {fn.name}"
         self.compares = in_compares(fn)
-        for n in sorted(self.locals):
-            if shadows(n, facts):
-                facts.add("static.forbidden_syntax", fn, f"{n} in {self.where}: a parameter or local that rebinds a "
+        for name in sorted(self.locals):
+            if shadows(name, facts):
+                facts.add("static.forbidden_syntax", fn, f"{name} in {self.where}: a parameter or local that rebinds a "
                                                          "module-level name (a module or a kernel)")
 
     def add(self, reason: str, node: ast.AST, detail: str) -> None:
@@ -285,8 +285,7 @@ def grid_special_cases(fn: ast.FunctionDef, facts: Facts, where: str) -> None:
 
     for _ in range(3):  # names derived from the grid's size, a few assignments deep
         for n in ast.walk(fn):
-            value = getattr(n, "value", None) if isinstance(n, (ast.Assign, ast.AugAssign, ast.AnnAssign)) else None
-            if value is not None and is_grid(value):
+            if isinstance(n, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and n.value is not None and is_grid(n.value):
                 targets = n.targets if isinstance(n, ast.Assign) else [n.target]
                 grid.update(t.id for tg in targets for t in ast.walk(tg) if isinstance(t, ast.Name))
     for n in ast.walk(fn):

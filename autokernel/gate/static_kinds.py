@@ -9,7 +9,7 @@ methods must be called where they are named.
 from __future__ import annotations
 
 import ast
-from typing import TYPE_CHECKING, Any, Callable, Mapping, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Mapping, TypeGuard, TypeVar
 
 from autokernel.gate import allowlist as A
 from autokernel.gate.static_common import TYPE_NAMES, host_view_dtype, name_why, narrow, precision
@@ -35,7 +35,7 @@ def dispatch(table: Mapping[type, H], node: ast.AST, default: H) -> H:
     return next((table[c] for c in type(node).__mro__ if c in table), default)
 
 
-def is_launch(e: ast.AST, facts: Facts) -> bool:
+def is_launch(e: ast.AST, facts: Facts) -> TypeGuard[ast.Call]:
     return isinstance(e, ast.Call) and isinstance(e.func, ast.Subscript) and \
         isinstance(e.func.value, ast.Name) and e.func.value.id in facts.jit
 
@@ -47,6 +47,10 @@ class Kinds:
     report: bool
     where: str
     compares: set[int]
+
+    if TYPE_CHECKING:  # the statement half's
+        def truth(self, test: ast.AST) -> None: ...
+        def launch(self, c: ast.Call) -> None: ...
 
     def add(self, reason: str, node: ast.AST, detail: str) -> None:
         if self.report:
@@ -220,7 +224,7 @@ class Kinds:
         return frozenset({S})
 
     def sequence(self, e: ast.Tuple | ast.List) -> frozenset:
-        out = set()
+        out: set[str] = set()
         for x in e.elts:
             k = self.expr(x.value if isinstance(x, ast.Starred) else x)
             out |= {TS} if k & TENSORISH else {SH} if k <= {S, SH, ANY} else k
@@ -230,7 +234,7 @@ class Kinds:
         base = self.expr(e.value)
         idx = e.slice
         parts = idx.elts if isinstance(idx, ast.Tuple) else [idx]
-        index_kinds = frozenset()
+        index_kinds: frozenset = frozenset()
         for p in parts:
             if isinstance(p, ast.Slice):
                 for b in (p.lower, p.upper, p.step):

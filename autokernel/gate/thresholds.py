@@ -26,11 +26,13 @@ from __future__ import annotations
 
 import ast
 import operator
+from collections.abc import Callable
 
 from autokernel.gate.static_common import parse
 
-_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv,
-        ast.LShift: operator.lshift, ast.RShift: operator.rshift, ast.Pow: pow, ast.Mod: operator.mod}
+_OPS: dict[type[ast.operator], Callable[[int, int], int]] = {
+    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv,
+    ast.LShift: operator.lshift, ast.RShift: operator.rshift, ast.Pow: pow, ast.Mod: operator.mod}
 _LIMIT = 1 << 40  # a folded value past this is no row count (and `2 ** 10 ** 9` must not be computed)
 
 
@@ -111,7 +113,7 @@ def _bound_arguments(tree: ast.AST, names: dict[str, int]) -> dict[str, set[int]
     return out
 
 
-def _defaults(a: ast.arguments) -> list[tuple[str, ast.AST]]:
+def _defaults(a: ast.arguments) -> list[tuple[str, ast.expr]]:
     """(parameter name, default expression) of a def or lambda."""
     positional = a.posonlyargs + a.args
     return [(arg.arg, d) for arg, d in zip(positional[len(positional) - len(a.defaults):], a.defaults)] + \
