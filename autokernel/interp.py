@@ -25,6 +25,7 @@ autokernel/interp_fixes.py's: install() applies them too.
 from __future__ import annotations
 
 import importlib
+from typing import Any
 
 _pinned: dict[str, int] = {}  # kernel name -> configs it declares, for each autotuned kernel pinned to its first
 MATH_TWINS = ("rsqrt", "sqrt", "exp", "exp2", "log", "log2", "sin", "cos", "erf", "floor", "ceil", "abs", "fma")
@@ -65,7 +66,7 @@ def _patch_floats(interpreter) -> None:
             return tl.tensor(interpreter.TensorHandle(np.array([arg], dtype=np.float32), tl.float32), tl.float32)
         return convert(arg)
 
-    implicit_cvt._ak_compat = True
+    implicit_cvt.__dict__["_ak_compat"] = True  # a function attribute, which mypy does not model
     interpreter._implicit_cvt = implicit_cvt  # GridExecutor looks the name up in the module at each launch
 
 
@@ -130,7 +131,7 @@ def _tanh(x):
 def _patch_libdevice() -> None:
     for modname in LIBDEVICE:
         try:
-            mod = importlib.import_module(modname)
+            mod: Any = importlib.import_module(modname)  # a triton libdevice module: its functions are replaced
         except ImportError:
             continue
         for name in MATH_TWINS:

@@ -55,9 +55,11 @@ def load_kernel(op: str, path: str | Path | None = None, compile_source=None,
     executed under that name, its parent package imported first from the checkout, as the engine imports it.
     """
     if module is not None:
+        assert path is not None, "a target checkout's module is loaded from its file, never from kernels/"
         return _load_foreign(module, Path(path), compile_source)
     package = _package()
     name = module_name(op)
+    assert package.__file__ is not None  # kernels/ is a regular package (kernels/__init__.py)
     own = Path(package.__file__).resolve().parent / f"{op}.py"
     path = own if path is None else Path(path).resolve()
     if path.name != f"{op}.py":
@@ -65,9 +67,9 @@ def load_kernel(op: str, path: str | Path | None = None, compile_source=None,
     loaded = sys.modules.get(name)
     if loaded is not None and path == own and getattr(loaded, "__file__", None) == str(own):
         return loaded
-    module = _execute(name, path, compile_source)
-    setattr(package, op, module)  # as the import system does for a submodule
-    return module
+    kernel = _execute(name, path, compile_source)
+    setattr(package, op, kernel)  # as the import system does for a submodule
+    return kernel
 
 
 def _execute(name: str, path: Path, compile_source) -> types.ModuleType:

@@ -31,21 +31,25 @@ import os
 import signal
 import threading
 import time
-from typing import Callable
+from pathlib import Path
+from typing import Callable, Generic, TypeVar
 
 from autokernel.bench.watch import JobStats, Watch
 
+T = TypeVar("T")
 SLICE_S = 0.25  # one turn; long against a cache refill (~ms), short against the episodes of contention (seconds)
 
 
-class Job(threading.Thread):
+class Job(threading.Thread, Generic[T]):
     """One sandboxed job, run in its own thread so that several can be alive at once; `fn()` runs the job (it
-    calls sandbox.run), watched by a Watch scoped to this thread's child processes."""
+    calls sandbox.run), watched by a Watch scoped to this thread's child processes. job_dir: the job's directory,
+    for the caller's record."""
 
-    def __init__(self, fn: Callable[[], object]):
+    def __init__(self, fn: Callable[[], T], job_dir: Path | None = None):
         super().__init__(name="autokernel-bench-job", daemon=True)
         self._fn = fn
-        self.result = None
+        self.job_dir = job_dir
+        self.result: T | None = None  # what fn() returned, once it has
         self.error: BaseException | None = None
         self.stats = JobStats()
         self.stopped_s = 0.0  # how long the conductor kept this job stopped

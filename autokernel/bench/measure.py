@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from autokernel.bench.results import (  # re-exported: the bench's public names live here
     CPU_LABEL,
@@ -23,6 +24,9 @@ from autokernel.errors import UserError
 from autokernel.ops import OPS, get
 from autokernel.paths import read_python
 from autokernel.policy import Policy
+
+if TYPE_CHECKING:
+    from autokernel.gate.verdict import StageResult
 
 __all__ = ["CPU_LABEL", "MIN_MS", "FileResult", "IncumbentFailed", "Measurement", "ShapeResult", "check_inputs",
            "decide", "measure", "refusals"]
@@ -57,7 +61,7 @@ def check_inputs(op: str, candidates: list[Path], incumbent: Path, root: Path) -
             raise UserError(f"{c}: a candidate is a Python file replacing kernels/{op}.py")
 
 
-def refusals(op: str, candidates: list[Path], incumbent: Path, policy: Policy) -> list[tuple[Path, object]]:
+def refusals(op: str, candidates: list[Path], incumbent: Path, policy: Policy) -> list[tuple[Path, StageResult]]:
     """The gate's static stage on every candidate, before anything runs: what the gate refuses is never timed
     (a file it refuses would be rejected by `autokernel verify` anyway, and timing runs the file's code)."""
     from autokernel.gate import static

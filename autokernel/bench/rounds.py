@@ -93,7 +93,7 @@ class Round:
     def __init__(self, spec, cases: list[dict], seed: int, reps: int, clock: str = CLOCK["cpu"]):
         self.spec, self.cases, self.seed, self.reps, self.clock = spec, cases, seed, reps, clock
         self._pools: dict[int, list[dict]] = {}
-        self._refs: dict[tuple[int, int], list] = {}
+        self._refs: dict[tuple[int, int], References] = {}
 
     def spec_of(self, ci: int):
         """Case ci's OpSpec: a target op with several launchers has one per launcher (spec.extra["launchers"], by
@@ -156,7 +156,7 @@ def check(rnd: Round, data) -> tuple[str, str, list[float], list[float]]:
     if failure is not None:  # harness.FailureRecord; the job's word can only reject its own file
         if not isinstance(failure, dict):
             return "bench.error", "the job returned a malformed failure", [], []
-        reason = failure.get("reason") if failure.get("reason") in CHILD_REASONS else "bench.error"
+        reason: str = failure["reason"] if failure.get("reason") in CHILD_REASONS else "bench.error"
         return reason, line(failure.get("detail", ""), 300), [], []
     meds, wall = [], []
     for ci, case in enumerate(data["cases"]):
@@ -196,7 +196,8 @@ def _check_outputs(rnd: Round, ci: int, kept) -> str:
     return ""
 
 
-def _job(op: str, f: Timed, rnd: Round, r: int, k: int, policy: Policy, root: Path) -> lockstep.Job:
+def _job(op: str, f: Timed, rnd: Round, r: int, k: int, policy: Policy,
+         root: Path) -> lockstep.Job[sandbox.SandboxResult]:
     """The sandboxed job of file f in round r, k-th in the round's order; not started yet."""
     payload: harness.BenchPayload = {"op": op, "cases": [{"shape": c["shape"], "dtype": c["dtype"]} for c in rnd.cases],
                                      "seed": rnd.seed, "reps": rnd.reps}
@@ -211,20 +212,20 @@ def _job(op: str, f: Timed, rnd: Round, r: int, k: int, policy: Policy, root: Pa
     more: dict = {}
     target = rnd.spec.extra.get("target")
     if target is not None:  # a target checkout's file: under its module's name, the checkout on the job's path
-        payload["target"] = {k: target[k] for k in ("module", "launcher", "outputs", "written", "preload")}
+        payload["target"] = {"module": target["module"], "launcher": target["launcher"], "outputs": target["outputs"],
+                             "written": target["written"], "preload": target["preload"]}
         inputs = {Path(target["file"]).name: f.source, **rnd.target_inputs()}
         more = {"pythonpath": [Path(target["root"])]}
-    job = lockstep.Job(lambda: sandbox.run(ENTRY, payload, job_dir, policy.sandbox, inputs=inputs, env=env,
-                                           **more))
-    job.job_dir = job_dir
-    return job
+    return lockstep.Job(lambda: sandbox.run(ENTRY, payload, job_dir, policy.sandbox, inputs=inputs, env=env, **more),
+                        job_dir)
 
 
-def _record(f: Timed, rnd: Round, r: int, job: lockstep.Job) -> None:
+def _record(f: Timed, rnd: Round, r: int, job: lockstep.Job[sandbox.SandboxResult]) -> None:
     """Records the figures of a finished job on f, or its failure (IncumbentFailed: the incumbent's own job)."""
     if job.error is not None:
         raise job.error
     res, s = job.result, job.stats
+    assert res is not None  # the job ended without raising: sandbox.run returned its result
     share = job.running_share
     f.jobs.append({"round": r, "job_dir": str(job.job_dir), "reps": rnd.reps, "wall_s": round(s.wall_s, 3),
                    "cpu_s": round(s.cpu_s, 3), "running_share": round(share, 3), "processes_seen": s.max_processes,

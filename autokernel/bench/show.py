@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from rich.console import Console
@@ -16,12 +17,16 @@ from autokernel.bench.stats import Interval
 from autokernel.untrusted import line as one_line
 from autokernel.untrusted import markup as escape  # markup-escaped AND control characters stripped
 
+if TYPE_CHECKING:
+    from autokernel.gate.verdict import StageResult
 
-def print_refused(op: str, refused: list[tuple[Path, object]], as_json: bool) -> None:
+
+def print_refused(op: str, refused: list[tuple[Path, StageResult]], as_json: bool) -> None:
     """Exit 1 (a clean negative), with the static findings; candidate-derived text is reduced to plain lines."""
-    items = [{"path": str(c), "stage": "static", "reason": r.reason, "detail": one_line(r.detail, 500),
-              "findings": [{k: one_line(v, 300) if isinstance(v, str) else v for k, v in f.items()}
-                           for f in r.metrics.get("findings", [])]} for c, r in refused]
+    items: list[dict[str, Any]] = [
+        {"path": str(c), "stage": "static", "reason": r.reason, "detail": one_line(r.detail, 500),
+         "findings": [{k: one_line(v, 300) if isinstance(v, str) else v for k, v in f.items()}
+                      for f in r.metrics.get("findings", [])]} for c, r in refused]
     if as_json:
         print(json.dumps({"op": op, "refused": items}, indent=2))
         return
@@ -40,7 +45,7 @@ def render(m: Measurement, console: Console, incumbent: str | None = None, flops
     """The tables and verdicts; `incumbent` names the incumbent (default kernels/<op>.py; a target's own file);
     flops=False: the op declares no FLOP count (a target's), its GFLOP/s column stays empty."""
     inc = m.files[0] if m.files and m.files[0].role == "incumbent" else None
-    cands = [f for f in m.files if f.role == "candidate"] or ([None] if inc else [])
+    cands: list[FileResult | None] = [f for f in m.files if f.role == "candidate"] or ([None] if inc else [])
     conf = f"{m.policy['confidence']:.0%} CI"
     base = incumbent or f"kernels/{m.op}.py"
     for c in cands:
@@ -55,7 +60,9 @@ def render(m: Measurement, console: Console, incumbent: str | None = None, flops
             console.print(escape(f"{title} — {m.label}"), highlight=False)
             console.print(f"  [red]rejected[/red] {c.status}: " + escape(c.detail), highlight=False)
             continue
-        rows = (c or inc).shapes
+        shown = c or inc
+        assert shown is not None  # None stands in for a candidate only when there is an incumbent
+        rows = shown.shapes
         for k, s in enumerate(rows):
             i = inc.shapes[k] if inc and k < len(inc.shapes) else None
             pct = "" if s.fraction_of_peak is None else f"{100 * s.fraction_of_peak:.3g}"

@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Sequence, Union
 
 import numpy as np
+
+Times = Union[Sequence[float], np.ndarray]  # one file's times of one shape, ms: a list, or a float64 array (reps,)
 
 N_BOOT = 2000
 _CHUNK = 1 << 22  # bootstrap index matrices are built this many elements at a time (bounded memory at 10^4 reps)
@@ -74,19 +76,19 @@ def order_stat_ci(x: np.ndarray, confidence: float) -> tuple[float, float]:
     return float(s[k - 1]), float(s[len(s) - k])
 
 
-def median_ci(times: Sequence[float], confidence: float, seed: int = 0) -> Interval:
+def median_ci(times: Times, confidence: float, seed: int = 0) -> Interval:
     x = np.asarray(times, dtype=np.float64)
     lo, hi = _percentiles(_boot_medians(x, np.random.default_rng(seed)), confidence)
     return Interval(float(np.median(x)), lo, hi)
 
 
-def log_ratios(incumbent: Sequence[float], candidate: Sequence[float]) -> np.ndarray:
+def log_ratios(incumbent: Times, candidate: Times) -> np.ndarray:
     a, b = np.asarray(incumbent, np.float64), np.asarray(candidate, np.float64)
     assert a.shape == b.shape and a.ndim == 1 and len(a) > 0, (a.shape, b.shape)  # (reps,) each, paired
     return np.log(a) - np.log(b)
 
 
-def paired_speedup(incumbent: Sequence[float], candidate: Sequence[float], confidence: float,
+def paired_speedup(incumbent: Times, candidate: Times, confidence: float,
                    seed: int = 0) -> Interval:
     """incumbent time / candidate time (> 1: the candidate is faster), paired by repetition."""
     lr = log_ratios(incumbent, candidate)
@@ -100,7 +102,7 @@ def _log_ci(lr: np.ndarray, confidence: float, rng: np.random.Generator) -> tupl
     return min(b_lo, o_lo), max(b_hi, o_hi)
 
 
-def weighted_speedup(pairs: Sequence[tuple[Sequence[float], Sequence[float]]], weights: Sequence[float],
+def weighted_speedup(pairs: Sequence[tuple[Times, Times]], weights: Sequence[float],
                      confidence: float, seed: int = 0) -> Interval:
     """The traced workload's time in the op, incumbent over candidate: 1 / sum_i(w_i / s_i), w_i each shape's share
     of the incumbent's traced time (its weight: calls x median time), s_i its paired speedup (the median of its
@@ -128,7 +130,7 @@ def weighted_speedup(pairs: Sequence[tuple[Sequence[float], Sequence[float]]], w
     return Interval(float(np.exp(est)), float(np.exp(lo)), float(np.exp(hi)))
 
 
-def rse_of_median(times: Sequence[float]) -> float:
+def rse_of_median(times: Times) -> float:
     """Relative standard error of the median, from the MAD (robust to the odd preempted repetition)."""
     x = np.asarray(times, np.float64)
     if len(x) < 3:
@@ -138,7 +140,7 @@ def rse_of_median(times: Sequence[float]) -> float:
     return float(1.2533 * sigma / np.sqrt(len(x)) / med) if med > 0 else float("inf")
 
 
-def se_of_weighted_log_ratio(pairs: Sequence[tuple[Sequence[float], Sequence[float]]],
+def se_of_weighted_log_ratio(pairs: Sequence[tuple[Times, Times]],
                              weights: Sequence[float]) -> float:
     """Standard error of weighted_speedup's log estimate (sum of weighted medians of per-round log-ratios), from each
     shape's MAD: what the rounds loop compares with bench.rse_target (~ the relative error of the speedup)."""

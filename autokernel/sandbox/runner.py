@@ -149,8 +149,8 @@ def entry_name(fn: Callable) -> str:
     return f"{fn.__module__}:{fn.__qualname__}"
 
 
-def run(entry: Callable, payload: dict, job_dir: Path, limits: Sandbox, *, inputs: Mapping[str, Any] | None = None,
-        pythonpath: Sequence[Path] = (), ro_paths: Sequence[Path] = (),
+def run(entry: Callable, payload: Mapping[str, Any], job_dir: Path, limits: Sandbox, *,
+        inputs: Mapping[str, Any] | None = None, pythonpath: Sequence[Path] = (), ro_paths: Sequence[Path] = (),
         env: dict[str, str] | None = None) -> SandboxResult:
     """Run TRUSTED `entry` (a module-level function) on `payload` in a fresh sandboxed process (module docstring).
 
@@ -214,7 +214,7 @@ def kill_all() -> int:
     return len(live)
 
 
-def _execute(entry: str, payload: dict, job_dir: Path, limits: Sandbox, plan: _Plan, in_dir: Path,
+def _execute(entry: str, payload: Mapping[str, Any], job_dir: Path, limits: Sandbox, plan: _Plan, in_dir: Path,
              scratch: Path | None, pythonpath: list[Path], ro_paths: list[Path], env: dict[str, str],
              gpu: bool) -> SandboxResult:
     """Start the job, feed it, wait for it (killed at the timeout) and judge how it ended (module docstring)."""
