@@ -5,11 +5,12 @@ from pathlib import Path
 
 from autokernel.errors import UserError
 from autokernel.profile.rank import Target
+from autokernel.profile.trace import Trace
 
 COLORS = {"target": "#1f77b4", "protected": "#999999", "denied": "#bbbbbb", "not allowed": "#bbbbbb"}
 
 
-def plot(trace: dict, ranked: list[Target], path: str | Path) -> Path:
+def plot(trace: Trace, ranked: list[Target], path: str | Path) -> Path:
     try:
         import matplotlib
         matplotlib.use("Agg")

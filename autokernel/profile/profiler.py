@@ -162,7 +162,7 @@ def _timing(rec, sources: dict, cuda: bool, timed_per_shape: int | None) -> dict
     """The summary's `timing` section: where the times come from and what they mean on this device."""
     timed = sum(c.timed for c in rec.calls)
     return {
-        "source": max(sources, key=sources.get) if sources else "none",
+        "source": max(sources, key=lambda s: sources[s]) if sources else "none",
         "sources": sources,
         "label": "CUDA device time" if cuda else "CPU / Triton interpreter",
         "timed_calls_per_shape": timed_per_shape,

@@ -20,6 +20,7 @@ import inspect
 import re
 import time
 from collections import Counter
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -30,8 +31,10 @@ from autokernel import ops as opspecs
 LABEL = "ak {op} {site} #{index}"  # the record_function range of one call; what Perfetto shows
 LABEL_RE = re.compile(r"^ak (\S+) (\S+) #(\d+)")
 
+_Range: Callable[[str], AbstractContextManager[object]]
 try:  # a range for ~2 us instead of ~25 us per call (torch's own low-overhead range, used by torch.compile)
-    from torch._C._profiler import _RecordFunctionFast as _Range
+    from torch._C._profiler import _RecordFunctionFast
+    _Range = _RecordFunctionFast
 except ImportError:  # pragma: no cover - older torch
     _Range = torch.profiler.record_function
 
@@ -59,7 +62,8 @@ def _value(v: Any) -> Any:
 
 def describe(args: dict[str, Any]) -> tuple[tuple, str]:
     """(layout, compute dtype) of bound launcher arguments."""
-    layout, dtype_arg, first_float = [], None, None
+    layout: list[tuple] = []
+    dtype_arg, first_float = None, None
     for name, v in args.items():
         if isinstance(v, torch.Tensor):
             layout.append((name, str(v.dtype).removeprefix("torch."), tuple(v.shape), tuple(v.stride())))

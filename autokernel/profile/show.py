@@ -2,6 +2,13 @@
 what a target's rank table (autokernel/target/rank_target.py) shares with them."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rich.console import JustifyMethod
+
+    from autokernel.profile.trace import Trace
+
 
 def console():
     """Rich's console; piped output gets 150 columns rather than 80, so the rank table is not cut to ellipses."""
@@ -14,7 +21,7 @@ def pct(x: float | None, digits: int = 1) -> str:
     return "—" if x is None else f"{100 * x:.{digits}f}%"
 
 
-def print_rank(t: dict, ranked, top: int | None = None) -> None:
+def print_rank(t: Trace, ranked, top: int | None = None) -> None:
     from rich.table import Table
     out = console()
     timing, totals, roof = t.get("timing", {}), t.get("totals", {}), t.get("roofline", {})
@@ -36,9 +43,11 @@ def print_rank(t: dict, ranked, top: int | None = None) -> None:
                   + (f", decode {tps:.3g} tok/s ({totals.get('decode_tokens_per_s_basis')})" if tps else "")
                   + f" · this run's wall {totals.get('wall_ms', 0) / 1e3:.1f} s")
     table = Table(show_lines=False)
-    for col, just in [("#", "right"), ("op", "left"), ("calls", "right"), ("total ms", "right"),
-                      ("share", "right"), ("GB/s", "right"), ("GFLOP/s", "right"), ("% peak", "right"),
-                      ("bound", "left"), ("headroom", "right"), ("gain", "right"), ("e2e ×", "right")]:
+    columns: list[tuple[str, JustifyMethod]] = [
+        ("#", "right"), ("op", "left"), ("calls", "right"), ("total ms", "right"), ("share", "right"),
+        ("GB/s", "right"), ("GFLOP/s", "right"), ("% peak", "right"), ("bound", "left"), ("headroom", "right"),
+        ("gain", "right"), ("e2e ×", "right")]
+    for col, just in columns:
         table.add_column(col, justify=just)
     shown = ranked if top is None else ranked[:top]
     n = 0
@@ -58,7 +67,7 @@ def print_rank(t: dict, ranked, top: int | None = None) -> None:
                   "Amdahl speedup if the op reached its roofline · protected/denied ops are listed, never targets[/]")
 
 
-def print_op(t: dict, op: str) -> None:
+def print_op(t: Trace, op: str) -> None:
     from rich.table import Table
     out = console()
     e = t["ops"][op]

@@ -23,7 +23,7 @@ import json
 import re
 from collections import defaultdict
 from pathlib import Path
-from typing import TypedDict
+from typing import TypedDict, cast
 
 import numpy as np
 import torch
@@ -41,15 +41,20 @@ class Trace(TypedDict, total=False):
     """A summary.json as `load_trace` returns it (every field: the module docstring), plus `_path`, the file read."""
     schema: int
     run_id: str
+    created: str
     device: dict
     kernels: str
     weights: str
+    model: dict
     workload: dict
     timing: dict
     totals: dict
     roofline: dict
     ops: dict[str, dict]
     total_op_ms: float
+    files: dict  # {chrome_trace, py_spy}; a target's: {chrome_trace: None, sandbox_log}
+    py_spy: dict | None
+    target: dict  # only in a target checkout's trace (autokernel/target/profile_target.py)
     _path: str
 
 
@@ -189,7 +194,7 @@ def load_trace(path: str | Path, check_device: bool = True) -> Trace:
             raise UserError(f"{file}: trace taken on {_device_name(there)}, this machine is {_device_name(here)}: "
                             f"re-run `autokernel profile` here")
     trace["_path"] = str(file)
-    return trace
+    return cast(Trace, trace)  # JSON: checked above only as far as every reader relies on
 
 
 def _device_name(fp: dict) -> str:
