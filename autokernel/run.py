@@ -25,7 +25,7 @@ import threading
 from concurrent import futures
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional
 
 from rich.console import Console
 from rich.table import Table
@@ -38,6 +38,7 @@ from autokernel.untrusted import fenced, inert, line, markup, plain
 
 if TYPE_CHECKING:
     from autokernel.agent.evaluate import Evaluator, Feedback
+    from autokernel.agent.providers import Model
     from autokernel.candidate import Candidate
 
 
@@ -89,7 +90,7 @@ class Context:
     layout: paths.Layout
     policy: policy_mod.Policy
     settings: policy_mod.Agent
-    llm: object  # providers.Model
+    llm: Model | list[Model]  # a list: one model per parallel worker (agent.workers), as command.start takes
     make_evaluator: Callable[..., Evaluator]  # (op_dir, policy, trace, layout) -> an Evaluator (agent.evaluate)
     console: Console
     yes: bool = False
@@ -316,8 +317,8 @@ def _deliver_best(op: str, best, provenance: dict, rationale: str, evaluator, in
     (op_dir / "measurement.json").write_text(json.dumps(m.to_dict(), indent=1, default=str))
     incumbent_text = paths.read_text(incumbent, ctx.layout.root)
     # what the commit carries, where no candidate ever wrote: a delivery git refuses is retried by --resume from it
-    delivery = deliver_mod.stage(op_dir / "delivery", win, best.source, ctx.layout.root, state.trace)
-    out.delivery, out.pr_body = str(delivery), str(delivery / "pr.md")
+    staged = deliver_mod.stage(op_dir / "delivery", win, best.source, ctx.layout.root, state.trace)
+    out.delivery, out.pr_body = str(staged), str(staged / "pr.md")
     if not pol.git.commit:
         return out
     console.print(plain("".join(difflib.unified_diff(incumbent_text.splitlines(True),
@@ -362,6 +363,7 @@ def deliver(out: OpOutcome, state: RunState, layout: paths.Layout, branch: str) 
     recorded in state.json as delivery_failed so `--resume` retries just this step."""
     from autokernel.git import DeliveryError
     from autokernel.git.deliver import commit
+    assert out.delivery is not None  # staged before the first try (_deliver_best), kept in state.json for --resume
     try:
         c = commit(layout.root, Path(out.delivery), out.op, branch)
     except DeliveryError as e:
@@ -381,7 +383,7 @@ def deliver(out: OpOutcome, state: RunState, layout: paths.Layout, branch: str) 
 CPU_GATE_AND_BENCH_S = 130.0
 
 
-def fits(op: str, t: dict, pol, console: Console, skipped: dict | None = None) -> bool:
+def fits(op: str, t: Mapping[str, Any], pol, console: Console, skipped: dict | None = None) -> bool:
     """On the CPU interpreter, can one candidate be gated and benchmarked within its share of the session's wall
     budget (agent.max_wall_s / agent.max_iterations)?
 
@@ -451,7 +453,7 @@ def context(*, layout: paths.Layout, policy: policy_mod.Policy, agent, model, ba
     model = llm or make_model(settings, seed=0, bench=policy.bench)
     from autokernel.bench import engine_ab
     return Context(layout, policy, settings, model, make_evaluator or functools.partial(sandbox_evaluator,
-                   executor=remote), console, yes, ask, remote and remote.pool,
+                   executor=remote), console, yes, ask, remote.pool if remote is not None else None,
                    engine_ab.measure if make_evaluator is None else None)
 
 
@@ -528,7 +530,7 @@ def show(console: Console, state: RunState, outcomes: list[OpOutcome]) -> None:
     for col in ("op", "outcome", "speedup [CI]", "branch / commit", "detail"):
         table.add_column(col)
     for o in outcomes:
-        ci = f"{o.speedup:.3f} [{o.speedup_ci[0]:.3f}, {o.speedup_ci[1]:.3f}]" if o.speedup else "—"
+        ci = f"{o.speedup:.3f} [{o.speedup_ci[0]:.3f}, {o.speedup_ci[1]:.3f}]" if o.speedup and o.speedup_ci else "—"
         table.add_row(o.op, o.status, ci, markup(f"{o.branch} {o.sha[:10]}") if o.sha else "—", markup(o.detail, 80))
     console.print(table)
 
@@ -537,6 +539,7 @@ def pull_request(ctx: Context, o: OpOutcome, token: str, api: str) -> str:
     """The PR of a committed win (autokernel.git.deliver.pull_request): the open PR of the same op brought up to
     date, else a new one; its URL."""
     from autokernel.git.deliver import pull_request as open_or_update
+    assert o.branch is not None and o.pr_body is not None  # a committed win (deliver) has both
     pr = open_or_update(ctx.layout.root, ctx.policy.git.branch_prefix, o.op, o.branch, Path(o.pr_body).read_text(),
                         token, api)
     if pr.updated:
@@ -582,6 +585,7 @@ def nightly_report(state: RunState | None, outcomes: list[OpOutcome], error: str
            + (f"; in all {_tried_text(o.tried)}" if o.tried else "")
            for o in outcomes if o.status in ("out_of_time", "no_reply")]
     if cut:
+        assert state is not None  # an op has an outcome only once the run has its state (pipeline)
         return ("# autokernel nightly: out of time\n\n" + fenced("\n".join(cut)) + f"\n\n`autokernel run --resume "
                 f"{state.run_dir}` benchmarks what passed the gate (and tries again an op where nothing was judged); "
                 "raise `agent.max_wall_s` if this happens every night.\n")

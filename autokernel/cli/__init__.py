@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional, cast
 
 import typer
 
@@ -104,7 +104,7 @@ def main() -> None:
     except Exception as e:  # click's (or typer's vendored click's) usage errors arrive here in non-standalone mode
         names = {c.__name__ for c in type(e).__mro__}
         if "ClickException" in names:
-            e.show()
+            cast(Any, e).show()  # a ClickException, known by name: click's or typer's vendored copy's class
             sys.exit(2)
         if "Abort" in names:
             sys.exit(130)

@@ -135,7 +135,7 @@ def _profile_target(root: Path, out: Optional[Path], policy_file: Optional[Path]
     run_dir, warnings = profile_target.profile(root, pol, out)
     for w in warnings:
         typer.echo(f"warning: {w}", err=True)
-    t = trace.load_trace(run_dir)
+    t: dict = dict(trace.load_trace(run_dir))  # a target's trace, read as rank_target.load reads it
     rank_target.print_rank(t, rank_target.rank(t))
     typer.echo(f"trace: {run_dir}/summary.json (no Chrome trace: the workload ran in the sandbox; its log: "
                f"{t['files'].get('sandbox_log')})")

@@ -123,6 +123,7 @@ def _nightly_target(root: Path, op: str | None, agent, model, base_url, policy_f
                 continue
             delivery.push(root, o.branch)
             if open_pr:
+                assert token is not None  # checked above: --open-pr needs GITHUB_TOKEN
                 base = delivery.git(root, "rev-parse", "--abbrev-ref", "HEAD")
                 title, _, body = o.message.partition("\n\n")
                 prs.append(delivery.open_pull_request(delivery.github_slug(root), o.branch, base, title, body,
@@ -214,8 +215,10 @@ def nightly_cmd(
             if o.status != "committed":
                 continue
             if open_pr:
+                assert token is not None  # checked above: --open-pr needs GITHUB_TOKEN
                 prs.append(run.pull_request(ctx, o, token, github_api))
             elif push:
+                assert o.branch is not None  # a committed outcome names its branch (run.deliver)
                 delivery.push(ctx.layout.root, o.branch)
     except BaseException as e:  # reported in the artifacts, then raised on (the CLI's exit code)
         failure = e
@@ -226,6 +229,7 @@ def nightly_cmd(
             raise typer.Exit(interrupted(progress)) from None
     if run.model_errors(console, progress.outcomes):
         raise typer.Exit(2)
+    assert progress.state is not None  # the pipeline returned: it set the run's state first
     if run.unfinished(console, progress.state, progress.outcomes):
         raise typer.Exit(OUT_OF_TIME)
 
