@@ -121,7 +121,7 @@ def install_interpreter(filename: str) -> None:
         ast.increment_lineno(tree, offset)
         return tree
 
-    _transform_ast._coverage = filename  # type: ignore[attr-defined]  # a function attribute, read back by getattr
+    _transform_ast.__dict__["_coverage"] = filename  # a function attribute, which mypy does not model
     FunctionRewriter._transform_ast = _transform_ast
 
 
@@ -172,7 +172,7 @@ def install_autotune(recorder: Recorder, module_name: str, salt: int) -> None:
         finally:
             self.configs = configs
 
-    run._coverage, run._plain = True, plain  # type: ignore[attr-defined]  # function attributes, read by getattr
+    run.__dict__["_coverage"], run.__dict__["_plain"] = True, plain  # function attributes (mypy does not model them)
     Autotuner.run = run
 
 
