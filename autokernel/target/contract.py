@@ -70,7 +70,7 @@ def _skeleton(sig: list[tuple]) -> tuple:
 
 def _columns(sig: list[tuple]) -> dict[tuple, int]:
     """Every size in a layout: (parameter, dim) -> size for tensors, (parameter, None) -> value for integers."""
-    out = {}
+    out: dict[tuple, int] = {}
     for n, d in sig:
         if d[0] == "tensor":
             out.update({(n, i): int(v) for i, v in enumerate(d[2])})
@@ -131,6 +131,23 @@ def _dense(shape: tuple[int, ...], order: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(strides)
 
 
+def _strides(shape: tuple[int, ...], order: tuple[int, ...], recorded: tuple[int, ...],
+             recorded_strides: tuple[int, ...]) -> tuple[int, ...]:
+    """Strides for `shape` in the recorded layout, gaps included: each dimension (innermost first) starts past what
+    the inner ones span plus the gap it had when recorded (a q sliced from a fused qkv keeps rows a qkv row apart, a
+    padded pitch stays padded); dense where the record was dense (then `_dense`). Size-1 dimensions had no
+    meaningful stride, and a broadcast one (stride 0) is made dense (the gate writes values elementwise): no gap."""
+    strides = [0] * len(shape)
+    span, rec_span = 1, 1  # elements spanned by the dimensions placed so far: now, and when recorded
+    for i in reversed(order):
+        rs, rn = int(recorded_strides[i]), int(recorded[i])
+        gap = max(0, rs - rec_span) if rn > 1 and rs > 0 else 0
+        strides[i] = span + gap if span > 1 or gap else 1
+        span += (max(1, shape[i]) - 1) * strides[i]
+        rec_span += (rn - 1) * rs
+    return tuple(strides)
+
+
 # --- inputs ---------------------------------------------------------------------------------------------------------
 
 Columns = dict[str, list[list[tuple[str, int | None]]]]  # size name -> per layout: the (parameter, dim) carrying it
@@ -174,7 +191,7 @@ def make_inputs_for(layouts_: list[Layout], constraints: dict[str, dict[str, int
         for n, d in layout.args:
             if d[0] == "tensor":
                 out[n] = _tensor(shapes[n], layout.order[n], d[1], layout.dtype, dtype, device, gen, dist, m,
-                                 constraints.get(n, {}))
+                                 constraints.get(n, {}), d[2], d[3])
         for n, d in layout.args:  # scalars after every tensor, so the tensors stay what the seed made them
             if d[0] != "tensor":
                 out[n] = m if n in layout.token_ints else over.get((n, None), _scalar(d, gen, constraints.get(n)))
@@ -183,10 +200,32 @@ def make_inputs_for(layouts_: list[Layout], constraints: dict[str, dict[str, int
 
 
 def _tensor(shape, order, dtype_name: str, primary: torch.dtype, case_dtype, device, gen, dist: str, m: int,
-            rule: dict[str, int]):
-    """One input: fresh values in the recorded layout, under the declaration's `inputs` rule for it, if any."""
-    t = torch.empty_strided(shape, _dense(shape, order), dtype=_dtype(dtype_name, primary, case_dtype),
-                            device=device)
+            rule: dict[str, int], recorded: tuple[int, ...] | None = None,
+            recorded_strides: tuple[int, ...] | None = None):
+    """One input: fresh values in the recorded layout (gaps included: `_strides`), under the declaration's `inputs`
+    rule for it, if any. A gap holds values of the same kind, so a kernel that reads it reads plausible noise."""
+    dt = _dtype(dtype_name, primary, case_dtype)
+    strides = _dense(shape, order) if recorded is None or recorded_strides is None else \
+        _strides(tuple(shape), order, tuple(recorded), tuple(recorded_strides))
+    if strides == _dense(shape, order):
+        t = torch.empty_strided(shape, strides, dtype=dt, device=device)
+    else:
+        size = 1 + sum((n - 1) * st for n, st in zip(shape, strides)) if all(shape) else 0
+        t = torch.as_strided(_values((size,), dt, device, gen, dist, m, rule), tuple(shape), strides)
+    return _fill(t, shape, device, gen, dist, m, rule)
+
+
+def _values(shape, dt: torch.dtype, device, gen, dist: str, m: int, rule: dict[str, int]) -> torch.Tensor:
+    """A dense buffer of values of the tensor's kind (a gapped layout's storage)."""
+    if dt.is_floating_point:
+        return sample(tuple(shape), dt, device, gen, dist)
+    if dt == torch.bool:
+        return (torch.rand(tuple(shape), generator=gen) > 0.5).to(device)
+    lo, hi = rule.get("low", 0), rule.get("high", max(1, m))
+    return torch.randint(lo, max(lo + 1, hi), tuple(shape), generator=gen).to(dtype=dt, device=device)
+
+
+def _fill(t: torch.Tensor, shape, device, gen, dist: str, m: int, rule: dict[str, int]) -> torch.Tensor:
     if t.dtype.is_floating_point:
         v = sample(tuple(shape), t.dtype, device, gen, dist)
         rep = rule.get("repeat", 1)
@@ -229,6 +268,7 @@ def _scalar(d: tuple, gen: torch.Generator, rule: dict | None = None):
     kind, value = d[0], d[1] if len(d) > 1 else None
     if kind != "float":
         return value
+    assert value is not None  # a recorded float: ("float", value) (discover._signature)
     if int(torch.randint(0, 2, (1,), generator=gen)):
         common = [float(value)] + [float(c) for c in (rule or {}).get("common", ()) if float(c) != float(value)]
         return common[int(torch.randint(0, len(common), (1,), generator=gen))] if len(common) > 1 else float(value)
@@ -340,7 +380,8 @@ class ReferenceTable:
         if data.get("failed"):
             raise ReferenceError(f"the reference {self.reference} raised: {str(data.get('detail'))[:300]}"
                                  + (f" (at {data['where']})" if data.get("where") else ""))
-        got = data.get("sets") if isinstance(data.get("sets"), dict) else {}
+        got = data.get("sets")
+        got = got if isinstance(got, dict) else {}
         for key in todo:
             self.table[key] = _references(got.get(f"{key[:32]}.pt"), self.reference, self.tolerance)
 
@@ -365,7 +406,7 @@ def _references(blob, reference: str, tolerance: dict | None = None) -> Referenc
         raise ReferenceError(f"the reference {reference}'s outputs do not load: {type(e).__name__}") from None
     ref64, eager = (data.get("ref64"), data.get("eager")) if isinstance(data, dict) else (None, None)
     ok = all(isinstance(x, list) and x and all(type(t) is torch.Tensor for t in x) for x in (ref64, eager))
-    if not ok or len(ref64) != len(eager):
+    if not (ok and isinstance(ref64, list) and isinstance(eager, list)) or len(ref64) != len(eager):
         raise ReferenceError(f"the reference {reference} must return a tensor or a tuple of tensors (the outputs the "
                              "declaration compares, in order)")
     return References(ref64, eager, [None] * len(ref64), any_layout=True, declared=tolerance)
