@@ -91,7 +91,7 @@ def _refused(candidates: list[Path], launchers: list[str], incumbent: Path, poli
     every candidate for each declared launcher (as the gate runs it), before anything runs: what it refuses is never
     timed."""
     from autokernel.gate import static
-    out = []
+    out: list[tuple[Path, object]] = []
     for c in candidates:
         for launcher in launchers:
             res = static.check_source(c.read_bytes(), launcher, incumbent, policy=policy, relative=True)

@@ -17,6 +17,7 @@
     inputs = { eps = { low = 1e-6, high = 1e-5, common = [1e-6, 1e-5] } }  # optional: what random values respect
     sizes = { hidden = { of = ["X.shape[-1]", "W.shape[0]"], low = 1, high = 8192, also = [431] } }  # optional
     doc = "RMSNorm of each row of X, scaled by W"   # optional: what it computes, for the prompt and the verdict
+    dtypes = ["float32", "bfloat16"]           # optional: the float dtypes production runs, besides the workload's
 
 The file is untrusted input (docs/design.md, trust rule 6): it is read as a regular file inside the checkout, every
 module and file it names must be one too, and nothing in it is imported or run here: its code runs in the sandbox.
@@ -26,6 +27,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,9 +35,9 @@ from typing import Any
 from autokernel import paths
 from autokernel.errors import UserError
 
-try:
+if sys.version_info >= (3, 11):
     import tomllib
-except ModuleNotFoundError:  # Python 3.10
+else:  # Python 3.10
     import tomli as tomllib
 
 NAME = "autokernel.toml"
@@ -43,7 +45,9 @@ TODO = "TODO"
 ENTRY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*\Z")
 QUALNAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*\Z")
 OP_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}\Z")
-OP_FIELDS = {"file", "launchers", "reference", "outputs", "tolerance", "protected", "inputs", "work", "sizes", "doc"}
+OP_FIELDS = {"file", "launchers", "reference", "outputs", "tolerance", "protected", "inputs", "work", "sizes", "doc",
+             "dtypes"}
+DTYPES = ("float16", "bfloat16", "float32", "float64")  # what `dtypes` may name: the gate's float case dtypes
 INPUT_FIELDS = {"repeat", "low", "high", "common"}  # per launcher parameter: what the gate's random values respect
 MAX_COMMON = 16  # values in a scalar's `common` list, or a size's `also` list
 MAX_DOC = 2000  # characters of an op's `doc`
@@ -76,6 +80,7 @@ class Op:
     work: dict[str, str] | None = None  # {flops, bytes}: expressions per launcher call (autokernel/target/work.py)
     sizes: dict[str, Size] = field(default_factory=dict)  # sizes besides the token count the gate also moves
     doc: str = ""  # what the op computes, in the declaration's words: the agent's prompt and the verdict show it
+    dtypes: list[str] = field(default_factory=list)  # float dtypes production runs besides the workload's
 
     @property
     def reference(self) -> str:
@@ -208,7 +213,15 @@ def _op(name: str, spec, path: Path, root: Path) -> Op:
     counts = work.table(spec["work"], f"{where} work") if "work" in spec else None
     return Op(name, file, list(launchers), references, outputs, tol and {k: float(v) for k, v in tol.items()},
               protected, _inputs(spec.get("inputs", {}), where), counts, _sizes(spec.get("sizes", {}), where),
-              _doc(spec.get("doc", ""), where))
+              _doc(spec.get("doc", ""), where), _dtypes(spec.get("dtypes", []), where))
+
+
+def _dtypes(value, where: str) -> list[str]:
+    """`dtypes = ["float32", "bfloat16"]`: the float dtypes production runs the op in (a CPU workload records
+    float32; a GPU serves bf16): the gate makes cases in each, besides the recorded ones."""
+    if not (isinstance(value, list) and all(isinstance(d, str) and d in DTYPES for d in value)):
+        raise UserError(f"{where} dtypes: a list of {', '.join(DTYPES)} {HELP}")
+    return list(dict.fromkeys(value))
 
 
 def _doc(value, where: str) -> str:

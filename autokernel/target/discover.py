@@ -187,7 +187,7 @@ def _launch(g, root: Path) -> Launch | None:
         return None
     in_checkout = g.get("kernel_in_checkout") is True and _inside(root, kfile)
     seconds = g.get("seconds")
-    seconds = float(seconds) if type(seconds) in (int, float) and 0 <= seconds < 1e7 else 0.0
+    seconds = float(seconds) if (type(seconds) is int or type(seconds) is float) and 0 <= seconds < 1e7 else 0.0
     site = _site(g.get("site"), g.get("lines"), root)
     grids = [tuple(x) for x in (g.get("grids") or [])[:16]
              if isinstance(x, (list, tuple)) and 0 < len(x) <= 3 and all(_int(v) is not None for v in x)]
@@ -229,7 +229,7 @@ def _signature(sig) -> list[tuple] | None:
     """[(name, ("tensor", dtype, shape, strides) | (type, value))] with names, dtypes and values checked."""
     if not isinstance(sig, (list, tuple)):
         return None
-    out = []
+    out: list[tuple] = []
     for item in sig[:64]:
         if not (isinstance(item, (list, tuple)) and len(item) == 2 and isinstance(item[0], str)
                 and IDENT.match(item[0]) and isinstance(item[1], (list, tuple)) and item[1]):

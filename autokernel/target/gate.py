@@ -54,6 +54,7 @@ def declared_op(root: Path, name: str) -> tuple[decl.Declaration, decl.Op]:
 def record(root: Path, d: decl.Declaration, op: decl.Op, policy, job_dir: Path) -> dict[str, discover.LauncherCalls]:
     """The workload's calls of each of the op's declared launchers; UserError when one is never called, or when the
     workload launches a kernel through the op's file by a way the gate does not call (unchecked)."""
+    assert d.build is not None  # declared_op() refused a declaration without [engine] build
     found = discover.run(root, d.build, policy, job_dir, {decl.module_of(op.file): (op.launchers, op.file)})
     calls = {c.launcher: c for c in found.launcher_calls if c.file == op.file}
     never = [n for n in op.launchers if n not in calls]
@@ -61,14 +62,15 @@ def record(root: Path, d: decl.Declaration, op: decl.Op, policy, job_dir: Path) 
         raise UserError(f"{d.path}: [ops.{op.name}] launcher {never[0]} is never called by the engine's workload: "
                         "the gate makes its cases from the calls production makes (fix `launchers`, or make the "
                         "workload call it)")
-    sites = [(x.kernel, x.kernel_file if x.in_checkout else None, x.site and (x.site.file, x.site.function), x.via)
-             for x in found.launches]
+    sites: list[tuple[str, str | None, tuple[str, ...] | None, str | None]] = [
+        (x.kernel, x.kernel_file if x.in_checkout else None, (x.site.file, x.site.function) if x.site else None, x.via)
+        for x in found.launches]
     _unchecked(d, op, sites)
     return {n: calls[n] for n in op.launchers}
 
 
 def _unchecked(d: decl.Declaration, op: decl.Op,
-               sites: list[tuple[str, str | None, tuple[str, str] | None, str | None]]) -> None:
+               sites: list[tuple[str, str | None, tuple[str, ...] | None, str | None]]) -> None:
     """UserError for a launch the gate would not reach: a candidate replaces the whole file, so each launch of a
     kernel of the file, and each launch from a function of the file, must happen inside one of the declared
     launchers the gate calls (else what the candidate does there goes unchecked). sites: (kernel, its checkout file
@@ -109,12 +111,13 @@ def from_trace(root: Path, d: decl.Declaration, op: decl.Op, trace: Path) -> dic
     if missing:
         raise UserError(f"{t['_path']}: no recorded calls of {missing[0]} for op {op.name}: profile again "
                         f"(`autokernel profile --repo {root}`) after declaring it")
-    sites = [(str(k), op.file, tuple(str(k).rsplit(":", 1)) if ":" in str(k) else None, via)
-             for k, v in (entry.get("sites") or {}).items() for via in _vias(v)]
+    sites: list[tuple[str, str | None, tuple[str, ...] | None, str | None]] = [
+        (str(k), op.file, tuple(str(k).rsplit(":", 1)) if ":" in str(k) else None, via)
+        for k, v in (entry.get("sites") or {}).items() for via in _vias(v)]
     sites += [(str(x.get("kernel")), x.get("kernel_file") if x.get("in_checkout") else None,
                tuple(str(x["site"]).rsplit(":", 1)) if x.get("site") else None, via)
               for x in t.get("not_declared") or [] if isinstance(x, dict) for via in _vias(x)]
-    _unchecked(d, op, sites)  # type: ignore[arg-type]
+    _unchecked(d, op, sites)
     return {n: found[n] for n in op.launchers}
 
 
@@ -197,13 +200,17 @@ def _launchers(d: decl.Declaration, op: decl.Op, specs_: list, source: bytes, in
 
 def _held_sizes(op: decl.Op, results: list[StageResult]) -> None:
     """A passed numeric stage says what it did not vary: without `sizes`, every size but the token count stayed at
-    what the workload sent, so the verdict vouches for those widths only (docs/targets.md, section 5)."""
+    what the workload sent, so the verdict vouches for those widths only; without `dtypes`, for the workload's
+    dtypes only (docs/targets.md, section 5)."""
     for r in results:
         if r.name == "numeric" and r.passed:
             r.metrics["sizes"] = sorted(op.sizes)
             if not op.sizes:
                 r.detail += ("; every size but the token count as the workload sent it (NOT CHECKED at other "
                              "widths: declare `sizes` for those production varies)")
+            if not op.dtypes:
+                r.detail += ("; in the workload's dtype(s) only (NOT CHECKED in others: declare `dtypes` for those "
+                             "production runs)")
 
 
 def _e2e(root: Path, d: decl.Declaration, op: decl.Op, copy: Path, policy) -> StageResult:

@@ -58,7 +58,7 @@ def declare(root: Path, found: decl.Declaration | None, build: str, d: discover.
         raise UserError(f"[engine] build = {build}: no launched kernel is defined in a file of the checkout {root} "
                         "(all came from installed packages); vendor the kernels you want tuned into the checkout")
     keep = found is not None and not found.ops  # an [engine]-only file the user wrote: keep it, add the ops
-    head = paths.read_text(found.path, root).rstrip("\n") + "\n\n" if keep else (
+    head = paths.read_text(found.path, root).rstrip("\n") + "\n\n" if keep and found is not None else (
         HEADER + f"\n[engine]\nbuild = {decl.quote(build)}\n\n")
     write(root / decl.NAME, head + render(d.ops))
     (job_dir / "discovery.json").write_text(json.dumps(record(d), indent=1))

@@ -18,6 +18,7 @@ import os
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 
 MAX_SIGNATURES = 32  # distinct argument signatures kept per (kernel, site); more are counted, not listed
@@ -55,7 +56,8 @@ class LaunchHook:
         self.groups: dict[tuple, dict] = {}
         self.dropped = 0  # launches past MAX_GROUPS
         self.overhead_s = 0.0  # the hook's own time (stack walk, argument description), launches excluded
-        self.sync = None  # where kernels compile: torch.cuda.synchronize, so a launch's time includes the kernel's
+        # where kernels compile: torch.cuda.synchronize, so a launch's time includes the kernel's
+        self.sync: Callable[[], object] | None = None
         self.recorder: LauncherRecorder | None = None  # the declared launchers: which one a launch ran inside
         self._inside: dict[str, str | None] = {}
 
@@ -99,7 +101,7 @@ class LaunchHook:
             hook.overhead_s += time.perf_counter() - t1
             return out
 
-        run_recorded._ak_hook = True
+        run_recorded.__dict__["_ak_hook"] = True  # a function attribute, which mypy does not model
         return run_recorded
 
     def install(self) -> None:

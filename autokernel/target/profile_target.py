@@ -103,6 +103,7 @@ def profile(root: Path, pol, out: Path | None = None) -> tuple[Path, list[str]]:
     from autokernel.profile import trace
     from autokernel.profile.profiler import run_id
     d = declared(root)
+    assert d.build is not None  # declared() refused a declaration without [engine] build
     traces = Path(out) if out is not None else paths.Layout(root).traces  # refuses a symlinked traces/ before the run
     sandbox.preflight(pol.sandbox, untrusted_author=False)
     rid = run_id(f"{root}|{d.build}")

@@ -31,7 +31,7 @@ def load(root: Path, path: Path | None = None) -> dict:
         if not runs:
             raise UserError(f"no trace under {traces}/: run `autokernel profile --repo {root}` first")
         path = paths.regular_inside(runs[-1], root)
-    t = trace.load_trace(path)
+    t: dict = dict(trace.load_trace(path))  # a Trace, with the target's own fields ("target", "not_declared")
     if not is_target(t):
         raise UserError(f"{t['_path']}: a trace of the embedded engine, not of the target {root}: pass a trace "
                         f"written by `autokernel profile --repo {root}`")
@@ -90,6 +90,7 @@ def _sites(e: dict) -> str:
 
 
 def print_rank(t: dict, ranked: list[dict]) -> None:
+    from rich.console import JustifyMethod
     from rich.table import Table
 
     from autokernel.profile.show import console as _console
@@ -107,10 +108,12 @@ def print_rank(t: dict, ranked: list[dict]) -> None:
         f" · peaks: {markup((t.get('roofline') or {}).get('source'))}" if roof else ""))
     table = Table(show_lines=False)
     unit = "interpreter ms" if interp else "synced ms"
-    extra = [("headroom", "right"), ("gain", "right"), ("bound", "left")] if roof else []
-    for col, just in [("#", "right"), ("op", "left"), ("launches", "right"), (unit, "right"), ("share", "right"),
-                      ("of workload", "right"), *extra, ("kernels", "left"), ("launched from", "left"),
-                      ("layouts (calls)", "left")]:
+    extra: list[tuple[str, JustifyMethod]] = [("headroom", "right"), ("gain", "right"), ("bound", "left")] if roof \
+        else []
+    columns: list[tuple[str, JustifyMethod]] = [
+        ("#", "right"), ("op", "left"), ("launches", "right"), (unit, "right"), ("share", "right"),
+        ("of workload", "right"), *extra, ("kernels", "left"), ("launched from", "left"), ("layouts (calls)", "left")]
+    for col, just in columns:
         table.add_column(col, justify=just, overflow="fold")
     n = 0
     for r in ranked:

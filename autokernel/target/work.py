@@ -109,7 +109,7 @@ def _eval(node: ast.expr, args: dict):
         return {"numel": n, "nbytes": n * ELEM_BYTES.get(dtype, 4), "ndim": len(shape)}[node.attr]
     if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Attribute):
         shape, _ = _tensor(args, node.value.value.id)  # type: ignore[attr-defined]
-        i = int(_eval(node.slice, args))  # type: ignore[arg-type]
+        i = int(_eval(node.slice, args))
         if not -len(shape) <= i < len(shape):
             raise ValueError(f"shape[{i}] of a {len(shape)}-dimensional argument")
         return shape[i]
