@@ -480,7 +480,7 @@ def spec(op: decl.Op, calls: LauncherCalls, table: ReferenceTable, seed: int = 0
     check_inputs(op, lays)
     odd += [{"M": SIZE_M if lay.m else 0, "layout": i, name: v}
             for name, size in op.sizes.items() for v in size_values(size, name, seed) for i, lay in enumerate(lays)]
-    dtypes = tuple(dict.fromkeys(lay.dtype for lay in lays))
+    dtypes = tuple(dict.fromkeys([lay.dtype for lay in lays] + [FLOATS[d] for d in op.dtypes]))
     fixed = [lay for lay in lays if not lay.m]
     doc = (f"{op.doc} " if op.doc else "") + (
            f"{op.name}: the checkout's {calls.launcher} in {op.file}, judged against its reference "

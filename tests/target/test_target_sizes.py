@@ -112,8 +112,36 @@ def test_a_kernel_exact_only_near_the_recorded_scalar_is_rejected_over_the_decla
     ('sizes = { hidden = { of = ["x.shape[-1]"], low = 1, high = 64, also = 7 } }', "sizes:"),
     ('doc = "two\\nlines"', "doc: one line of printable text"),
     ("doc = 3", "doc: one line of printable text"),
+    ('dtypes = ["int8"]', "dtypes: a list of"),
+    ('dtypes = "bfloat16"', "dtypes: a list of"),
 ])
 def test_a_bad_sizes_or_inputs_rule_is_a_user_error(tmp_path, line, expect):
     root = checkout(tmp_path / "bad", DECLARATION + line + "\n")
     with pytest.raises(UserError, match=expect):
         _verify(root, tmp_path, NORM)
+
+
+# --- dtypes production runs besides the workload's (dtypes = ["float32", "bfloat16"]) -----------------------------
+
+NO_UPCAST = ("x = tl.load(x_ptr + row * n + offs, mask=m, other=0.0).to(tl.float32)",
+             "x = tl.load(x_ptr + row * n + offs, mask=m, other=0.0)")  # squares in the input's dtype
+
+
+def test_a_kernel_exact_only_in_the_workloads_dtype_is_rejected_where_dtypes_are_declared(tmp_path):
+    """The workload runs float32 (a CPU engine); production serves half precision. A kernel that drops the float32
+    upcast is exact in float32, and in float16 its squares overflow past 256 (the gate's wide values reach
+    hundreds), as on a GPU: accepted without `dtypes` (and the verdict says other dtypes were not checked),
+    rejected with them; the incumbent is accepted in float16 and bfloat16 (the interpreter's bf16 arithmetic,
+    casts and reductions as a GPU's: autokernel/interp.py)."""
+    assert NO_UPCAST[0] in NORM
+    cheat = NORM.replace(*NO_UPCAST)
+    v = _verify(checkout(tmp_path / "plain"), tmp_path, cheat)
+    assert v.accepted, "the class: exact in the only dtype the gate makes cases in"
+    assert "NOT CHECKED in others" in next(s for s in v.stages if s.name == "numeric").detail
+    typed = DECLARATION + 'dtypes = ["float16", "bfloat16"]\n'
+    v = _verify(checkout(tmp_path / "typed", typed), tmp_path, cheat)
+    assert not v.accepted and v.failure.reason in ("numeric.mismatch", "numeric.nonfinite"), v.failure.detail
+    assert "float16" in v.failure.detail
+    v = _verify(checkout(tmp_path / "ok", typed), tmp_path, NORM)
+    assert v.accepted and "NOT CHECKED in others" not in v.stages[-1].detail, v.stages[-1].detail
+    assert set(v.stages[-1].metrics["worst_error_ratio"]) == {"float32", "float16", "bfloat16"}  # judged in each

@@ -1,0 +1,78 @@
+"""autokernel/interp.py's bf16 under the Triton CPU interpreter (a target's kernels get it: production serves bf16,
+the gate makes bf16 cases where an op declares `dtypes`). The bare interpreter keeps bf16 values as uint16 bit
+patterns and runs numpy on them: sums add the patterns as integers, max/min order negatives backwards, casts
+convert the patterns. Patched: widened to float32 (exact), computed, rounded back to nearest even without torch
+(inside a launch the gate's runtime watch forbids torch compute)."""
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import torch
+
+from autokernel.interp import bf16_bits
+
+
+def test_rounding_to_bf16_is_torchs_bit_for_bit():
+    bits = np.random.default_rng(0).integers(0, 2**32, 200_000, dtype=np.uint64).astype(np.uint32)
+    special = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 3.4028235e38, -3.4028235e38, 1e-45, -1e-45, 1.0,
+                        1.00390625, 1.01171875, 1.0078125], dtype=np.float32)  # ties round to even both ways
+    f = np.concatenate([bits.view(np.float32), special])
+    ours = bf16_bits(f)
+    want = torch.from_numpy(f.copy()).to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16)
+    nan = np.isnan(f)
+    assert np.array_equal(ours[~nan], want[~nan])
+    assert torch.isnan(torch.from_numpy(ours[nan].view(np.int16)).view(torch.bfloat16)).all()
+
+
+PROGRAM = '''
+import os
+os.environ["TRITON_INTERPRET"] = "1"
+import torch, triton, triton.language as tl
+from autokernel import interp
+interp.install()
+
+
+@triton.jit
+def reduce(x_ptr, o_ptr, N: tl.constexpr):
+    x = tl.load(x_ptr + tl.arange(0, N))
+    tl.store(o_ptr + 0, tl.sum(x, axis=0))
+    tl.store(o_ptr + 1, tl.max(x, axis=0))
+    tl.store(o_ptr + 2, tl.min(x, axis=0))
+    tl.store(o_ptr + 3, tl.argmax(x, axis=0).to(tl.bfloat16))
+    tl.store(o_ptr + 4, tl.argmin(x, axis=0).to(tl.bfloat16))
+
+
+@triton.jit
+def casts(x_ptr, i_ptr, o_ptr, N: tl.constexpr):
+    offs = tl.arange(0, N)
+    x = tl.load(x_ptr + offs)
+    tl.store(o_ptr + offs, (x.to(tl.int32) + tl.load(i_ptr + offs)).to(tl.bfloat16))
+    tl.store(o_ptr + N + offs, x.to(tl.float16).to(tl.bfloat16))
+
+
+x = torch.randn(64, generator=torch.Generator().manual_seed(0)).to(torch.bfloat16)
+o = torch.zeros(5, dtype=torch.bfloat16)
+reduce[(1,)](x, o, N=64)
+xf = x.float()
+want = torch.stack([xf.sum(), xf.max(), xf.min(), xf.argmax().float(), xf.argmin().float()]).to(torch.bfloat16)
+assert torch.equal(o, want), (o, want)
+assert xf.min() < 0 < xf.max()  # negatives present: the bit-pattern order is wrong for them
+
+x = (torch.randn(64, generator=torch.Generator().manual_seed(1)) * 100).to(torch.bfloat16)
+i = torch.arange(64, dtype=torch.int32)
+o = torch.zeros(128, dtype=torch.bfloat16)
+casts[(1,)](x, i, o, N=64)
+want = torch.cat([(x.to(torch.int32) + i).to(torch.bfloat16), x.to(torch.float16).to(torch.bfloat16)])
+assert torch.equal(o, want), (o, want)
+print("ok")
+'''
+
+
+def test_bf16_reductions_and_casts_match_torch_under_the_interpreter(tmp_path):
+    # in a process of its own: the patches are global to the interpreter, and this process's other tests run the
+    # shipped interpreter (tests/kernels/test_interpreter_patch.py compares against its bits)
+    script = tmp_path / "bf16.py"
+    script.write_text(textwrap.dedent(PROGRAM))
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-3000:]
