@@ -3,9 +3,10 @@ toy checkout of test_target_gate.py (a row-wise kernel its engine calls at 7, 1 
 
 Real runs time each file in fresh sandboxed processes (CPU interpreter, a short policy): an identical copy of the
 incumbent measures near 1 and a candidate with wrong outputs is rejected by the bench's own output check, against
-the checkout's reference run in its own job. No timing is asserted beyond "the same code is within a third of 1". The static stage relative to the incumbent
-refuses before anything runs; bad input is exit 2 with one line and nothing written into the checkout. With
-liger-kernel and transformers installed, a slow test benches Liger's swiglu against a planted slow launch.
+the checkout's reference run in its own job. No timing is asserted beyond "the same code is within a third of 1".
+The static stage relative to the incumbent refuses before anything runs; bad input is exit 2 with one line and
+nothing written into the checkout. With liger-kernel and transformers installed, a slow test benches Liger's swiglu
+against a planted slow launch.
 """
 import importlib.util
 import json
