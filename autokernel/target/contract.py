@@ -264,8 +264,12 @@ def _scalar(d: tuple, gen: torch.Generator, rule: dict | None = None):
     """A float argument: half the time the recorded value or one of the declared common ones (`common = [1e-5,
     1e-6]`, values production sends that this workload did not), else drawn over the declared range (log-uniform
     where it is positive: `inputs = { eps = { low = 1e-6, high = 1e-5 } }`), else within a factor 10 of the recorded
-    value (0.0: uniform in [-1, 1]). Other kinds as recorded."""
+    value (0.0: uniform in [-1, 1]). An integer argument with declared `common` values (`group = { common = [32,
+    128] }`): the recorded value or one of them, evenly. Other kinds, and other integers, as recorded."""
     kind, value = d[0], d[1] if len(d) > 1 else None
+    if kind == "int" and rule and rule.get("common"):
+        values = [value] + [int(c) for c in rule["common"] if int(c) != value]
+        return values[int(torch.randint(0, len(values), (1,), generator=gen))]
     if kind != "float":
         return value
     assert value is not None  # a recorded float: ("float", value) (discover._signature)
@@ -293,9 +297,15 @@ def check_inputs(op: decl.Op, lays: list[Layout]) -> None:
             tensor = kind[0] == "tensor"
             floating = kind[1] in FLOATS if tensor else kind[0] == "float"
             ranged = "low" in rule or "high" in rule
-            if "common" in rule and (tensor or not floating):
-                raise UserError(f"{where}: common applies to a float argument; {name} is {kind[0]} "
+            integer = not tensor and kind[0] == "int"
+            if "common" in rule and (tensor or not (floating or integer)):
+                raise UserError(f"{where}: common applies to a float or an int argument; {name} is {kind[0]} "
                                 f"(docs/targets.md)")
+            if "common" in rule and integer and not all(type(c) is int for c in rule["common"]):
+                raise UserError(f"{where}: an int argument's common values are integers (docs/targets.md)")
+            if integer and set(rule) - {"common"}:
+                raise UserError(f"{where}: an int argument takes common (its range, if production varies it, is a "
+                                f"`sizes` entry) (docs/targets.md)")
             if "repeat" in rule and not (tensor and floating):
                 raise UserError(f"{where}: repeat applies to a float tensor (docs/targets.md)")
             if ranged and tensor and floating:
@@ -305,6 +315,19 @@ def check_inputs(op: decl.Op, lays: list[Layout]) -> None:
             if ranged and not tensor and (not floating or not ("low" in rule and "high" in rule)):
                 raise UserError(f"{where}: low and high (both) apply to a float argument; {name} is "
                                 f"{kind[0]} (docs/targets.md)")
+
+
+def held_ints(op: decl.Op, lays: list[Layout]) -> list[str]:
+    """The launcher's integer arguments the gate never varies: not the token count, not a declared size's column,
+    no declared `common` values (bools are flags: not listed)."""
+    sized = {p for s in op.sizes.values() for p, dim in s.of if dim is None}
+    varied = {n for n, rule in op.inputs.items() if rule.get("common")}
+    out: list[str] = []
+    for lay in lays:
+        for n, d in lay.args:
+            if d[0] == "int" and n not in lay.token_ints and n not in sized | varied and n not in out:
+                out.append(n)
+    return out
 
 
 def shape_of_for(layouts_: list[Layout]):

@@ -187,7 +187,7 @@ def _launchers(d: decl.Declaration, op: decl.Op, specs_: list, source: bytes, in
                 mine += pipeline._sandboxed(spec, copy, jobs, policy, None, None, None, seed, source, Deadline.none())
             except contract.ReferenceError as e:
                 raise UserError(f"{d.path}: [ops.{op.name}] {e}") from None
-            _held_sizes(op, mine)
+            _held_sizes(op, mine, contract.held_ints(op, spec.extra["layouts"]))
         if len(specs_) > 1:
             for r in mine:
                 r.detail = f"{launcher}: {r.detail}"
@@ -198,13 +198,17 @@ def _launchers(d: decl.Declaration, op: decl.Op, specs_: list, source: bytes, in
     return results
 
 
-def _held_sizes(op: decl.Op, results: list[StageResult]) -> None:
+def _held_sizes(op: decl.Op, results: list[StageResult], ints: list[str] | None = None) -> None:
     """A passed numeric stage says what it did not vary: without `sizes`, every size but the token count stayed at
     what the workload sent, so the verdict vouches for those widths only; without `dtypes`, for the workload's
-    dtypes only (docs/targets.md, section 5)."""
+    dtypes only; `ints`, the integer arguments held at their recorded values (docs/targets.md, section 5)."""
     for r in results:
         if r.name == "numeric" and r.passed:
             r.metrics["sizes"] = sorted(op.sizes)
+            r.metrics["held_ints"] = list(ints or [])
+            if ints:
+                r.detail += (f"; int argument(s) {', '.join(ints)} as the workload sent them (NOT CHECKED at other "
+                             "values: declare `sizes` or `inputs.<name>.common` for those production varies)")
             if not op.sizes:
                 r.detail += ("; every size but the token count as the workload sent it (NOT CHECKED at other "
                              "widths: declare `sizes` for those production varies)")

@@ -105,7 +105,7 @@ def test_a_kernel_exact_only_near_the_recorded_scalar_is_rejected_over_the_decla
     ("inputs = { eps = { low = 1e-6 } }", "both"),
     ("inputs = { nope = { low = 1, high = 2 } }", "no parameter nope"),
     ("inputs = { eps = { low = 0.5, high = 0.1 } }", "A < B"),
-    ("inputs = { x = { common = [1.0] } }", "common applies to a float argument"),
+    ("inputs = { x = { common = [1.0] } }", "common applies to a float or an int argument"),
     ("inputs = { eps = { common = [] } }", "common: 1 to 16 numbers"),
     ("inputs = { eps = { common = [\"1e-5\"] } }", "common: 1 to 16 numbers"),
     ('sizes = { hidden = { of = ["x.shape[-1]"], low = 1, high = 64, also = [0] } }', "sizes:"),
@@ -145,3 +145,78 @@ def test_a_kernel_exact_only_in_the_workloads_dtype_is_rejected_where_dtypes_are
     v = _verify(checkout(tmp_path / "ok", typed), tmp_path, NORM)
     assert v.accepted and "NOT CHECKED in others" not in v.stages[-1].detail, v.stages[-1].detail
     assert set(v.stages[-1].metrics["worst_error_ratio"]) == {"float32", "float16", "bfloat16"}  # judged in each
+
+
+# --- an int argument production varies (inputs = { chunks = { common = [2, 4] } }) --------------------------------
+
+CHUNKED = {  # the toy norm, per chunk of each row: the engine sends chunks=1, other models 2 or 4
+    "toyt/ops/norm.py": '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _norm_kernel(x_ptr, y_ptr, eps, n, w, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    offs = tl.arange(0, BLOCK)
+    m = offs < w
+    base = row * n + tl.program_id(1) * w
+    x = tl.load(x_ptr + base + offs, mask=m, other=0.0).to(tl.float32)
+    r = 1.0 / tl.sqrt(tl.sum(x * x, axis=0) / w + eps)
+    tl.store(y_ptr + base + offs, (x * r).to(y_ptr.dtype.element_ty), mask=m)
+
+
+def norm(x, eps, chunks):
+    x = x.contiguous()
+    y = torch.empty_like(x)
+    rows, w = x.numel() // x.shape[-1], x.shape[-1] // chunks
+    _norm_kernel[(rows, chunks)](x, y, eps, x.shape[-1], w, BLOCK=triton.next_power_of_2(w))
+    return y
+''',
+    "toyt/reference.py": '''
+import torch
+
+
+def norm(x, eps, chunks):
+    g = x.reshape(*x.shape[:-1], chunks, x.shape[-1] // chunks)
+    return (g * torch.rsqrt(g.pow(2).mean(-1, keepdim=True) + eps)).reshape(x.shape)
+'''}
+ONE_CHUNK = ("rows, w = x.numel() // x.shape[-1], x.shape[-1] // chunks", "rows, w = x.numel() // x.shape[-1], "
+             "x.shape[-1]\n    chunks = 1")  # right at the workload's chunks=1 only
+
+
+def _chunked(root, declaration=DECLARATION):
+    import textwrap
+
+    from test_target_gate import ENGINE
+    root = checkout(root, declaration)
+    for rel, text in CHUNKED.items():
+        (root / rel).write_text(textwrap.dedent(text))
+    (root / "toyt/engine.py").write_text(textwrap.dedent(ENGINE.replace("1e-5)", "1e-5, 1)")))
+    return root
+
+
+def test_a_kernel_exact_only_at_the_recorded_int_argument_is_rejected_where_its_values_are_declared(tmp_path):
+    """Integer arguments stay as recorded (they may be modes): a kernel that ignores `chunks` is exact at the
+    workload's 1, and the verdict says chunks was held. Declared common values are drawn, and it is rejected."""
+    cheat = CHUNKED["toyt/ops/norm.py"].replace(*ONE_CHUNK)
+    assert cheat != CHUNKED["toyt/ops/norm.py"]
+    v = _verify(_chunked(tmp_path / "plain"), tmp_path, cheat)
+    assert v.accepted, "the class: exact at the only value the gate sends"
+    numeric = next(s for s in v.stages if s.name == "numeric")
+    assert numeric.metrics["held_ints"] == ["chunks"] and "chunks as the workload sent them" in numeric.detail
+    varied = DECLARATION + "inputs = { chunks = { common = [2, 4] } }\n"
+    v = _verify(_chunked(tmp_path / "varied", varied), tmp_path, cheat)
+    assert not v.accepted and v.failure.reason == "numeric.mismatch", v.failure.detail
+    v = _verify(_chunked(tmp_path / "ok", varied), tmp_path, CHUNKED["toyt/ops/norm.py"])
+    assert v.accepted and v.stages[-1].metrics["held_ints"] == [], [(s.name, s.reason, s.detail) for s in v.stages]
+
+
+@pytest.mark.parametrize("line,expect", [
+    ("inputs = { chunks = { low = 1, high = 8 } }", "an int argument takes common"),
+    ("inputs = { chunks = { common = [2.0] } }", "common values are integers"),
+])
+def test_a_bad_int_argument_rule_is_a_user_error(tmp_path, line, expect):
+    with pytest.raises(UserError, match=expect):
+        _verify(_chunked(tmp_path / "bad", DECLARATION + line + "\n"), tmp_path, CHUNKED["toyt/ops/norm.py"])
