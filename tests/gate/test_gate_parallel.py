@@ -16,10 +16,14 @@ SLOTS = [Slot(0, {"OMP_NUM_THREADS": "1"}), Slot(1, {"OMP_NUM_THREADS": "1"})]
 
 
 class FakeRunner:
-    """runner.chunk(chunk, est, job): sleeps, records when each job ran and what else ran with it; fails `fail`."""
+    """runner.chunk(chunk, est, job): sleeps, records when each job ran and what else ran with it; fails `fail`. The
+    jobs in `meet` wait for each other once started (a barrier, 10 s at most): if the scheduler runs them at once they
+    overlap for certain, whatever the machine's load (two 50 ms sleeps alone need not); if it runs them one after
+    another the barrier breaks and the run fails."""
 
-    def __init__(self, fail=(), sleep=0.05):
-        self.fail, self.sleep = set(fail), sleep
+    def __init__(self, fail=(), sleep=0.05, meet=()):
+        self.fail, self.sleep, self.meet = set(fail), sleep, set(meet)
+        self.barrier = threading.Barrier(len(self.meet), timeout=10) if self.meet else None
         self.lock = threading.Lock()
         self.leftover: list = []
         self.running: set[int] = set()
@@ -30,6 +34,8 @@ class FakeRunner:
         with self.lock:
             self.log.append((job, frozenset(self.running)))
             self.running.add(job)
+        if job in self.meet:
+            self.barrier.wait()
         t = time.perf_counter()
         time.sleep(self.sleep * (3 if job in self.fail and job > 3 else 1))
         with self.lock:
@@ -46,7 +52,7 @@ def chunks(phases):
 
 
 def test_parallel_chunks_overlap_and_a_phase_ends_before_the_next_starts():
-    r = FakeRunner()
+    r = FakeRunner(meet={1, 2})  # the two smoke chunks (the first parallel phase) must run at once
     numeric.run_chunks(r, chunks([(1, False), (2, True), (4, True)]), SLOTS)
     assert sorted(j for j, _ in r.log) == list(range(7))
     assert any(others for _, others in r.log)  # two jobs ran at once

@@ -1,10 +1,10 @@
 import pytest
 import torch
-from opcheck import check
+from opcheck import check, verdict
 
 from autokernel.ops import get
 from autokernel.ops.spec import upcast
-from autokernel.ops.tolerance import compare
+from autokernel.ops.tolerance import compare, references
 
 SPEC = get("lm_head")
 
@@ -26,8 +26,10 @@ def test_lm_head_fp32_weight_with_half_activations():
     from kernels.lm_head import lm_head
     gen = torch.Generator().manual_seed(3)
     kw = {"x": torch.randn(2, 576, generator=gen).half(), "weight": torch.randn(300, 576, generator=gen) / 24}
-    c = compare(lm_head(**kw), SPEC.reference(**upcast(kw)), SPEC.reference(**kw), torch.float32)
-    assert c.ok, c.detail()
+    # judged as the gate judges (opcheck.verdict: with the float32 rounding floor): the bare rule holds a float32 dot
+    # product to this machine's eager BLAS's summation order, which another CPU's need not share
+    why = verdict([lm_head(**kw)], references(SPEC, kw))
+    assert why is None, why
 
 
 def test_lm_head_logits_rounded_to_half_are_caught():

@@ -1,10 +1,10 @@
 import pytest
 import torch
-from opcheck import check
+from opcheck import check, verdict
 
 from autokernel.ops import get
 from autokernel.ops.spec import upcast
-from autokernel.ops.tolerance import compare
+from autokernel.ops.tolerance import compare, references
 
 SPEC = get("matmul")
 
@@ -29,8 +29,10 @@ def test_matmul_strided_input():
     wide[:, 50:146] = kw["x"]
     x = wide[:, 50:146]
     assert not x.is_contiguous()
-    c = compare(matmul(x, kw["weight"]), SPEC.reference(**upcast(kw)), SPEC.reference(**kw), torch.float32)
-    assert c.ok, c.detail()
+    # judged as the gate judges (opcheck.verdict: with the float32 rounding floor): the bare rule holds a float32 dot
+    # product to this machine's eager BLAS's summation order, which another CPU's need not share
+    why = verdict([matmul(x, kw["weight"])], references(SPEC, kw))
+    assert why is None, why
 
 
 def _inputs(shape, dtype, dist="normal", seed=1):
