@@ -173,13 +173,16 @@ def test_implausible_speed_is_judged_in_the_parent(tmp_path, monkeypatch):
 
 def test_the_watcher_names_a_process_the_job_started(tmp_path):
     # A job whose root process forks a busy child: the parent sees it from outside (/proc), whatever the job says.
-    code = "import subprocess, sys, time; p = subprocess.Popen([sys.executable, '-c', 'while True: pass']); " \
-           "time.sleep(0.6); p.kill()"
+    # The child burns a fixed 0.3 s of CPU (process_time: the same amount whatever the machine's load, where a wall
+    # time's share of CPU is not: ~1/3 on a loaded 2-core machine), says so, then idles until killed: the samples
+    # taken while it idles (0.5 s, every ~20 ms) read all of it.
+    busy = "import time\nwhile time.process_time() < 0.3: pass\nprint(flush=True)\ntime.sleep(60)"
+    code = f"import subprocess, sys, time; p = subprocess.Popen([sys.executable, '-c', {busy!r}], " \
+           "stdout=subprocess.PIPE); p.stdout.readline(); time.sleep(0.5); p.kill(); p.wait()"
     with Watch(interval_s=0.02) as w:
         subprocess.run([sys.executable, "-c", code], check=True)
     assert w.stats.extra and w.stats.max_processes == 2, w.stats
-    # the busy child's CPU time is the job's (0.6 s busy; a loaded 2-core machine gives it ~1/3)
-    assert w.stats.cpu_s > 0.1
+    assert w.stats.cpu_s > 0.25, w.stats  # the busy child's CPU time is the job's
     with Watch(interval_s=0.02) as w:
         subprocess.run([sys.executable, "-c", "import time; time.sleep(0.3)"], check=True)
     assert w.stats.extra == [] and w.stats.max_processes == 1 and w.stats.samples > 3
