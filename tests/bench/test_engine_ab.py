@@ -31,7 +31,11 @@ def test_the_engine_with_the_faster_kernel_is_measured_faster_in_fresh_interleav
     inc, cand = r.tokens_per_s
     for iv in (inc, cand, r.speedup, r.prefill_speedup):
         assert 0 < iv.lo <= iv.est <= iv.hi
-    assert cand.est > inc.est and r.speedup.lo > 1.2 and r.prefill_speedup.lo > 1.2  # the slow incumbent's arm
+    # Faster, with an interval above 1: no fixed margin, since the speedup is (rest of the forward, in eager torch +
+    # the norm) / (the same + the fast norm), and eager torch's time against the interpreter's is the CPU's and BLAS's
+    # (measured 1.83x [1.76, 1.90] decode and 3.10x [2.96, 3.25] prefill here; a loaded round has read 0.67x its
+    # estimate, and a lower bound of 1.2 needed the decode estimate above 1.8, i.e. about what this machine gives).
+    assert cand.est > inc.est and r.speedup.lo > 1.0 and r.prefill_speedup.lo > 1.0  # the slow incumbent's arm
     assert r.same_tokens and (r.rounds, r.prompt_tokens, r.decode_steps) == (2, 4, 3)
     assert r.op_calls == {"prefill": 1, "decode": 1}  # the final norm, once a forward
     # each arm its own fresh sandboxed process, interleaved A B, B A

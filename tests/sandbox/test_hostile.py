@@ -36,7 +36,9 @@ HOSTILE = HERE / "hostile"
 PROJECT = INSTALLED
 CANARY = f"canary-{secrets.token_hex(8)}"
 CANARY_VARS = ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "GITHUB_TOKEN", "AWS_SECRET_ACCESS_KEY", "HF_TOKEN")
-LIMITS = Sandbox(timeout_s=60, memory_mb=1024, cpu_s=60, max_processes=64, disk_mb=64)
+# memory_mb is RLIMIT_AS: torch + triton take 0.8-1.0 GB of address space on import, so 1 GB left a job that must
+# succeed little or no room; the memory bomb allocates without bound and meets 2 GB as surely.
+LIMITS = Sandbox(timeout_s=60, memory_mb=2048, cpu_s=60, max_processes=64, disk_mb=64)
 PROBES = ("env_secrets.py", "proc_environ.py", "host_files.py", "network_loopback.py", "write_outside.py",
           "overwrite_trusted.py", "symlink_plant.py", "signal_parent.py", "ptrace_parent.py", "tty_inject.py",
           "kernel_surface.py", "fork_bomb.py")

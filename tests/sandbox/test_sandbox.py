@@ -18,7 +18,10 @@ from autokernel.policy import Sandbox
 from autokernel.sandbox import bwrap, limits, runner, seccomp
 
 HERE = Path(__file__).parent
-LIMITS = Sandbox(timeout_s=10, memory_mb=1024, cpu_s=30, max_processes=32)
+# For jobs that must succeed: each imports torch (2.25 s wall idle here, several times that on a loaded machine) and
+# torch + triton take 0.8-1.0 GB of address space (RLIMIT_AS) before the job allocates anything. Tests of the timeout
+# or of the memory limit set their own (or allocate without bound, which 2 GB stops as surely as 1 GB).
+LIMITS = Sandbox(timeout_s=60, memory_mb=2048, cpu_s=30, max_processes=32)
 needs_bwrap = pytest.mark.skipif(bwrap.usable() is not None, reason=f"needs bubblewrap: {bwrap.usable()}")
 
 
