@@ -1,5 +1,5 @@
-"""autokernel/interp.py's bf16 under the Triton CPU interpreter (a target's kernels get it: production serves bf16,
-the gate makes bf16 cases where an op declares `dtypes`). The bare interpreter keeps bf16 values as uint16 bit
+"""autokernel/interp_fixes.py's bf16 under the Triton CPU interpreter (every kernel gets it: autokernel's own bf16
+cases, and a target's where an op declares `dtypes`). The bare interpreter keeps bf16 values as uint16 bit
 patterns and runs numpy on them: sums add the patterns as integers, max/min order negatives backwards, casts
 convert the patterns. Patched: widened to float32 (exact), computed, rounded back to nearest even without torch
 (inside a launch the gate's runtime watch forbids torch compute)."""
@@ -10,7 +10,7 @@ import textwrap
 import numpy as np
 import torch
 
-from autokernel.interp import bf16_bits
+from autokernel.interp_fixes import bf16_bits
 
 
 def test_rounding_to_bf16_is_torchs_bit_for_bit():
@@ -29,8 +29,8 @@ PROGRAM = '''
 import os
 os.environ["TRITON_INTERPRET"] = "1"
 import torch, triton, triton.language as tl
-from autokernel import interp
-interp.install()
+from autokernel import interp_fixes
+interp_fixes.install()
 
 
 @triton.jit
