@@ -267,8 +267,9 @@ def _scalar(d: tuple, gen: torch.Generator, rule: dict | None = None):
     value (0.0: uniform in [-1, 1]). An integer argument with declared `common` values (`group = { common = [32,
     128] }`): the recorded value or one of them, evenly. Other kinds, and other integers, as recorded."""
     kind, value = d[0], d[1] if len(d) > 1 else None
-    if kind == "int" and rule and rule.get("common"):
-        values = [value] + [int(c) for c in rule["common"] if int(c) != value]
+    if kind in ("int", "bool") and rule and rule.get("common"):
+        cast = bool if kind == "bool" else int
+        values = [value] + [cast(c) for c in rule["common"] if cast(c) != value]
         return values[int(torch.randint(0, len(values), (1,), generator=gen))]
     if kind != "float":
         return value
@@ -297,15 +298,16 @@ def check_inputs(op: decl.Op, lays: list[Layout]) -> None:
             tensor = kind[0] == "tensor"
             floating = kind[1] in FLOATS if tensor else kind[0] == "float"
             ranged = "low" in rule or "high" in rule
-            integer = not tensor and kind[0] == "int"
+            integer = not tensor and kind[0] in ("int", "bool")
             if "common" in rule and (tensor or not (floating or integer)):
-                raise UserError(f"{where}: common applies to a float or an int argument; {name} is {kind[0]} "
+                raise UserError(f"{where}: common applies to a float, int or bool argument; {name} is {kind[0]} "
                                 f"(docs/targets.md)")
-            if "common" in rule and integer and not all(type(c) is int for c in rule["common"]):
-                raise UserError(f"{where}: an int argument's common values are integers (docs/targets.md)")
+            if "common" in rule and integer and not all(type(c) is (bool if kind[0] == "bool" else int)
+                                                        for c in rule["common"]):
+                raise UserError(f"{where}: an {kind[0]} argument's common values are {kind[0]}s (docs/targets.md)")
             if integer and set(rule) - {"common"}:
-                raise UserError(f"{where}: an int argument takes common (its range, if production varies it, is a "
-                                f"`sizes` entry) (docs/targets.md)")
+                raise UserError(f"{where}: an {kind[0]} argument takes common (an int's range, if production varies "
+                                f"it, is a `sizes` entry) (docs/targets.md)")
             if "repeat" in rule and not (tensor and floating):
                 raise UserError(f"{where}: repeat applies to a float tensor (docs/targets.md)")
             if ranged and tensor and floating:
@@ -318,14 +320,14 @@ def check_inputs(op: decl.Op, lays: list[Layout]) -> None:
 
 
 def held_ints(op: decl.Op, lays: list[Layout]) -> list[str]:
-    """The launcher's integer arguments the gate never varies: not the token count, not a declared size's column,
-    no declared `common` values (bools are flags: not listed)."""
+    """The launcher's integer and bool arguments the gate never varies: not the token count, not a declared size's
+    column, no declared `common` values (a bool's other value is one more call site production may have)."""
     sized = {p for s in op.sizes.values() for p, dim in s.of if dim is None}
     varied = {n for n, rule in op.inputs.items() if rule.get("common")}
     out: list[str] = []
     for lay in lays:
         for n, d in lay.args:
-            if d[0] == "int" and n not in lay.token_ints and n not in sized | varied and n not in out:
+            if d[0] in ("int", "bool") and n not in lay.token_ints and n not in sized | varied and n not in out:
                 out.append(n)
     return out
 

@@ -271,7 +271,8 @@ def _inputs(value, where: str) -> dict[str, dict]:
     (checked against the launcher's calls: autokernel/target/contract.py)."""
     def number(k, x) -> bool:
         if k == "common":
-            return isinstance(x, list) and 0 < len(x) <= MAX_COMMON and all(number("", c) for c in x)
+            return isinstance(x, list) and 0 < len(x) <= MAX_COMMON and all(
+                number("", c) or type(c) is bool for c in x)
         return (type(x) is int and 0 <= x < 1 << 31) or (k != "repeat" and type(x) is float and math.isfinite(x))
     if not isinstance(value, dict) or not all(
             isinstance(k, str) and QUALNAME.match(k) and isinstance(v, dict) and v and set(v) <= INPUT_FIELDS

@@ -105,7 +105,7 @@ def test_a_kernel_exact_only_near_the_recorded_scalar_is_rejected_over_the_decla
     ("inputs = { eps = { low = 1e-6 } }", "both"),
     ("inputs = { nope = { low = 1, high = 2 } }", "no parameter nope"),
     ("inputs = { eps = { low = 0.5, high = 0.1 } }", "A < B"),
-    ("inputs = { x = { common = [1.0] } }", "common applies to a float or an int argument"),
+    ("inputs = { x = { common = [1.0] } }", "common applies to a float, int or bool argument"),
     ("inputs = { eps = { common = [] } }", "common: 1 to 16 numbers"),
     ("inputs = { eps = { common = [\"1e-5\"] } }", "common: 1 to 16 numbers"),
     ('sizes = { hidden = { of = ["x.shape[-1]"], low = 1, high = 64, also = [0] } }', "sizes:"),
@@ -215,8 +215,23 @@ def test_a_kernel_exact_only_at_the_recorded_int_argument_is_rejected_where_its_
 
 @pytest.mark.parametrize("line,expect", [
     ("inputs = { chunks = { low = 1, high = 8 } }", "an int argument takes common"),
-    ("inputs = { chunks = { common = [2.0] } }", "common values are integers"),
+    ("inputs = { chunks = { common = [2.0] } }", "an int argument's common values are ints"),
+    ("inputs = { chunks = { common = [true] } }", "an int argument's common values are ints"),
 ])
 def test_a_bad_int_argument_rule_is_a_user_error(tmp_path, line, expect):
     with pytest.raises(UserError, match=expect):
         _verify(_chunked(tmp_path / "bad", DECLARATION + line + "\n"), tmp_path, CHUNKED["toyt/ops/norm.py"])
+
+
+def test_held_arguments_are_the_ints_and_bools_nothing_varies():
+    import torch
+    lay = contract.Layout(args=(("x", ("tensor", "float32", (7, 32), (32, 1))), ("n", ("int", 7)),
+                                ("group", ("int", 1)), ("causal", ("bool", True)), ("mode", ("str", "llama"))),
+                          token={"x": (0,)}, token_ints=("n",), dtype=torch.float32, m=(1, 7))
+    op = decl.Op("norm", "toyt/ops/norm.py", ["norm"], {"norm": "toyt.reference:norm"})
+    assert contract.held_ints(op, [lay]) == ["group", "causal"]  # n is the token count; a str is a mode
+    op.inputs = {"causal": {"common": [False]}}
+    op.sizes = {"g": decl.Size((("group", None),), 1, 8)}
+    assert contract.held_ints(op, [lay]) == []
+    draws = {contract._scalar(("bool", True), torch.Generator().manual_seed(i), {"common": [False]}) for i in range(20)}
+    assert draws == {True, False}
