@@ -113,6 +113,10 @@ def render(ops: list[discover.FoundOp]) -> str:
                      "(X.numel, X.nbytes, X.shape[i]): rank by roofline headroom")
         lines.append("# sizes = { hidden = { of = [\"X.shape[-1]\", \"W.shape[0]\"], low = 1, high = 8192 } }  # "
                      "optional: a size production varies besides the token count, checked at low, high and between")
+        seen = sorted({v[1] for x in op.launches for sig in x.signatures for _, v in sig
+                       if v[0] == "tensor" and v[1] in decl.DTYPES})
+        lines.append(f"# dtypes = [\"bfloat16\"]  # optional: float dtypes production runs besides the workload's "
+                     f"({', '.join(seen) or 'none seen'}): every case is made in those too")
         lines.append("protected = false")
         blocks.append("\n".join(lines) + "\n")
     return "\n".join(blocks)

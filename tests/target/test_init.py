@@ -157,6 +157,8 @@ def test_the_declaration_keeps_the_users_lines_and_says_what_was_seen(discovered
     assert "x_ptr float32 (100,) · y_ptr float32 (100,) · out_ptr float32 (100,) · n=100 · BLOCK=64" in text
     assert "with the signature add(x, y)" in text and "with the signature scale(x, alpha)" in text
     assert "alpha=0.5" in text and "BLOCK=32" in text  # the float argument as passed; autotune pinned to config 1
+    assert "production runs besides the workload's (bfloat16, float32)" in text  # add: the engine's bf16 call too
+    assert "production runs besides the workload's (float32)" in text  # scale
     d = decl.load(discovered)  # what init wrote reads back as a declaration
     assert sorted(d.ops) == ["add", "scale"]
     assert all(op.reference == decl.TODO for op in d.ops.values())
