@@ -9,6 +9,15 @@ compatibility patches). Trusted harness code, kept out of kernels/, which holds 
   (exact widening, one rounding); sums, maxima and minima over bf16 values are taken on the widened values (the
   interpreter's own sum adds the bit patterns as integers). The rounding is numpy's: inside a launch the gate's
   runtime watch forbids torch compute.
+- Loop variables. In a compiled kernel `for i in range(...)` (or tl.range) counts with a scalar tensor; the
+  interpreter hands out Python ints, so `i.to(tl.int64)` (the usual int64-offset idiom of a persistent kernel)
+  raised "'int' object has no attribute 'to'". Here, for the duration of a launch, `range` in the kernel's module
+  and tl.range yield scalar tensors (int32, int64 where a bound is or the values need it); tl.static_range stays
+  Python ints, as compiled (constexpr).
+- Comparison results. The interpreter labels a comparison's values (numpy bools) with its operands' dtype (int32
+  for `row < n`): a scalar comparison splatted to a tile (`mask & (row < n)`, a program's row in range) becomes an
+  int32 array, which tl.store refuses as a mask ("mask has unsupported dtype"; compiled, it is an i1 and fine). Here
+  a bool result is labelled int1.
 - bf16 tl.dot. The interpreter's tl.dot multiplies bf16 operands as their raw uint16 bit patterns
   (triton-lang/triton#11584): errors of ~1e11 on a correct kernel. bf16 -> fp32 is exact, so widening both operands
   first gives the product a GPU computes; kernels need no bf16 workaround of their own.
@@ -26,7 +35,7 @@ _patched: list = []  # per launch in progress: the language modules patched so f
 
 
 def install() -> bool:
-    """Install both fixes when the interpreter is on (idempotent); returns whether it is. Call it after the
+    """Install the fixes when the interpreter is on (idempotent); returns whether it is. Call it after the
     TRITON_INTERPRET switch (autokernel.device.ensure_interpreter)."""
     import triton
     if not triton.knobs.runtime.interpret:
@@ -39,6 +48,7 @@ def install() -> bool:
         interpreter._patch_lang = _patch_lang_once
         interpreter.GridExecutor.__call__ = _launch_tracked
         _patch_bf16(interpreter)
+        _patch_bool_results(interpreter)  # after bf16: a bf16 comparison's result is labelled too
     return True
 
 
@@ -67,16 +77,54 @@ def _patch_lang_once(fn):
     if _patched and langs and langs <= _patched[-1]:
         return _AlreadyPatched()
     scope = SHIPPED["patch_lang"](fn)
+    for lang in [v for v in fn.__globals__.values() if v is _tl()]:
+        lang.range = tensor_range  # tl.range; the launch's restore puts tl.range back (static_range stays ints)
     if _patched:
         _patched[-1] |= langs
     return scope
 
 
+def _tl():
+    import triton.language as tl
+    return tl
+
+
+def tensor_range(arg1, arg2=None, step=None, **kwargs):
+    """`range` / `tl.range` in a kernel as compiled: the loop variable is a scalar tensor (int32, or int64 where a
+    bound is int64 or the values need it), so `i.to(tl.int64)` works; the bare interpreter gives Python ints
+    ("'int' object has no attribute 'to'")."""
+    import numpy as np
+    import triton.language as tl
+    from triton.runtime import interpreter
+    bounds, wide = [], False
+    for a in (arg1, arg2, step):
+        if isinstance(a, tl.constexpr):
+            a = a.value
+        if isinstance(a, tl.tensor):
+            wide |= a.dtype == tl.int64
+            a = int(np.asarray(a.handle.data).reshape(-1)[0])
+        bounds.append(a)
+    start, end = (0, bounds[0]) if bounds[1] is None else (bounds[0], bounds[1])
+    r = range(int(start), int(end), 1 if bounds[2] is None else int(bounds[2]))
+    if not r:
+        return
+    wide |= max(abs(r[0]), abs(r[-1])) >= 1 << 31
+    dt, npdt = (tl.int64, np.int64) if wide else (tl.int32, np.int32)
+    for i in r:
+        yield tl.tensor(interpreter.TensorHandle(np.array([i], dtype=npdt), dt), dt)
+
+
 def _launch_tracked(self, *args, **kwargs):
     _patched.append(set())
+    scope = getattr(self.fn, "__globals__", None)  # the kernel module: its builtin `range` counts as tl.range
+    ours = isinstance(scope, dict) and "range" not in scope
+    if ours:
+        scope["range"] = tensor_range
     try:
         return SHIPPED["launch"](self, *args, **kwargs)
     finally:
+        if ours and scope.get("range") is tensor_range:
+            del scope["range"]
         _patched.pop()
 
 
@@ -171,3 +219,18 @@ def bf16_bits(f32):
         rounded = ((bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16))
     nan = ((bits >> np.uint32(16)) | np.uint32(0x0040))
     return np.where(np.isnan(f32), nan, rounded).astype(np.uint16)
+
+
+def _patch_bool_results(interpreter) -> None:
+    import numpy as np
+    import triton.language as tl
+    builder, handle = interpreter.InterpreterBuilder, interpreter.TensorHandle
+    binary = builder.binary_op
+
+    def binary_op(self, lhs, rhs, op):
+        out = binary(self, lhs, rhs, op)
+        if out.data.dtype == np.bool_ and out.dtype.scalar != tl.int1:
+            return handle(out.data, tl.int1)
+        return out
+
+    builder.binary_op = binary_op
