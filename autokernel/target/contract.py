@@ -264,8 +264,8 @@ def _scalar(d: tuple, gen: torch.Generator, rule: dict | None = None):
     """A float argument: half the time the recorded value or one of the declared common ones (`common = [1e-5,
     1e-6]`, values production sends that this workload did not), else drawn over the declared range (log-uniform
     where it is positive: `inputs = { eps = { low = 1e-6, high = 1e-5 } }`), else within a factor 10 of the recorded
-    value (0.0: uniform in [-1, 1]). An integer argument with declared `common` values (`group = { common = [32,
-    128] }`): the recorded value or one of them, evenly. Other kinds, and other integers, as recorded."""
+    value (0.0: uniform in [-1, 1]). An int or bool argument with declared `common` values (`group = { common = [32,
+    128] }`): the recorded value or one of them, evenly. Other kinds, and other ints and bools, as recorded."""
     kind, value = d[0], d[1] if len(d) > 1 else None
     if kind in ("int", "bool") and rule and rule.get("common"):
         cast = bool if kind == "bool" else int
@@ -304,10 +304,11 @@ def check_inputs(op: decl.Op, lays: list[Layout]) -> None:
                                 f"(docs/targets.md)")
             if "common" in rule and integer and not all(type(c) is (bool if kind[0] == "bool" else int)
                                                         for c in rule["common"]):
-                raise UserError(f"{where}: an {kind[0]} argument's common values are {kind[0]}s (docs/targets.md)")
+                raise UserError(f"{where}: {name} is {kind[0]}, so its common values are {kind[0]}s "
+                                f"(docs/targets.md)")
             if integer and set(rule) - {"common"}:
-                raise UserError(f"{where}: an {kind[0]} argument takes common (an int's range, if production varies "
-                                f"it, is a `sizes` entry) (docs/targets.md)")
+                raise UserError(f"{where}: {name} is {kind[0]}, which takes common only (an int's range, if "
+                                f"production varies it, is a `sizes` entry) (docs/targets.md)")
             if "repeat" in rule and not (tensor and floating):
                 raise UserError(f"{where}: repeat applies to a float tensor (docs/targets.md)")
             if ranged and tensor and floating:

@@ -214,9 +214,9 @@ def test_a_kernel_exact_only_at_the_recorded_int_argument_is_rejected_where_its_
 
 
 @pytest.mark.parametrize("line,expect", [
-    ("inputs = { chunks = { low = 1, high = 8 } }", "an int argument takes common"),
-    ("inputs = { chunks = { common = [2.0] } }", "an int argument's common values are ints"),
-    ("inputs = { chunks = { common = [true] } }", "an int argument's common values are ints"),
+    ("inputs = { chunks = { low = 1, high = 8 } }", "chunks is int, which takes common only"),
+    ("inputs = { chunks = { common = [2.0] } }", "chunks is int, so its common values are ints"),
+    ("inputs = { chunks = { common = [true] } }", "chunks is int, so its common values are ints"),
 ])
 def test_a_bad_int_argument_rule_is_a_user_error(tmp_path, line, expect):
     with pytest.raises(UserError, match=expect):
