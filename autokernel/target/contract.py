@@ -205,9 +205,10 @@ def _tensor(shape, order, dtype_name: str, primary: torch.dtype, case_dtype, dev
     """One input: fresh values in the recorded layout (gaps included: `_strides`), under the declaration's `inputs`
     rule for it, if any. A gap holds values of the same kind, so a kernel that reads it reads plausible noise."""
     dt = _dtype(dtype_name, primary, case_dtype)
-    strides = _dense(shape, order) if recorded is None or recorded_strides is None else \
+    dense = _dense(shape, order)
+    strides = dense if recorded is None or recorded_strides is None else \
         _strides(tuple(shape), order, tuple(recorded), tuple(recorded_strides))
-    if strides == _dense(shape, order):
+    if strides == dense:
         t = torch.empty_strided(shape, strides, dtype=dt, device=device)
     else:
         size = 1 + sum((n - 1) * st for n, st in zip(shape, strides)) if all(shape) else 0
@@ -221,8 +222,13 @@ def _values(shape, dt: torch.dtype, device, gen, dist: str, m: int, rule: dict[s
         return sample(tuple(shape), dt, device, gen, dist)
     if dt == torch.bool:
         return (torch.rand(tuple(shape), generator=gen) > 0.5).to(device)
+    return _ints(shape, gen, m, rule).to(dtype=dt, device=device)
+
+
+def _ints(shape, gen, m: int, rule: dict[str, int]) -> torch.Tensor:
+    """Integer values in the declared [low, high), else in [0, M) (token ids, positions)."""
     lo, hi = rule.get("low", 0), rule.get("high", max(1, m))
-    return torch.randint(lo, max(lo + 1, hi), tuple(shape), generator=gen).to(dtype=dt, device=device)
+    return torch.randint(lo, max(lo + 1, hi), tuple(shape), generator=gen)
 
 
 def _fill(t: torch.Tensor, shape, device, gen, dist: str, m: int, rule: dict[str, int]) -> torch.Tensor:
@@ -235,8 +241,7 @@ def _fill(t: torch.Tensor, shape, device, gen, dist: str, m: int, rule: dict[str
     elif t.dtype == torch.bool:
         t.copy_(torch.rand(tuple(shape), generator=gen) > 0.5)
     else:
-        lo, hi = rule.get("low", 0), rule.get("high", max(1, m))
-        t.copy_(torch.randint(lo, max(lo + 1, hi), tuple(shape), generator=gen))
+        t.copy_(_ints(shape, gen, m, rule))
     return t
 
 

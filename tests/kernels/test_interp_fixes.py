@@ -71,12 +71,7 @@ print("ok")
 
 
 def test_bf16_reductions_and_casts_match_torch_under_the_interpreter(tmp_path):
-    # in a process of its own: the patches are global to the interpreter, and this process's other tests run the
-    # shipped interpreter (tests/kernels/test_interpreter_patch.py compares against its bits)
-    script = tmp_path / "bf16.py"
-    script.write_text(textwrap.dedent(PROGRAM))
-    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-3000:]
+    _prints_ok(tmp_path / "bf16.py", PROGRAM)
 
 
 MASK_PROGRAM = '''
@@ -104,10 +99,7 @@ print("ok")
 def test_a_scalar_condition_in_a_tile_mask_runs_as_compiled(tmp_path):
     """`mask & (row < n)`: the bare interpreter labels the scalar comparison int32 and tl.store refuses the splatted
     mask ("mask has unsupported dtype"), so an honest rope rewrite was rejected as runtime.exception."""
-    script = tmp_path / "mask.py"
-    script.write_text(textwrap.dedent(MASK_PROGRAM))
-    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-3000:]
+    _prints_ok(tmp_path / "mask.py", MASK_PROGRAM)
 
 
 LOOP_PROGRAM = '''
@@ -142,7 +134,12 @@ print("ok")
 def test_a_loop_variable_is_a_tensor_as_compiled(tmp_path):
     """`tile.to(tl.int64)` on a range() loop variable (a persistent kernel's int64 offsets): the bare interpreter
     hands out Python ints, and an honest silu_mul rewrite was rejected as runtime.exception."""
-    script = tmp_path / "loop.py"
-    script.write_text(textwrap.dedent(LOOP_PROGRAM))
+    _prints_ok(tmp_path / "loop.py", LOOP_PROGRAM)
+
+
+def _prints_ok(script, program: str) -> None:
+    """Run `program` in a process of its own (the fixes are global to the interpreter; this process's other tests
+    run the shipped one: tests/kernels/test_interpreter_patch.py) and expect it to print ok."""
+    script.write_text(textwrap.dedent(program))
     r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-3000:]
