@@ -66,7 +66,7 @@ def context(*, repo, policy_file, agent, base_url, cluster: str | None = None, *
     return run.context(layout=layout, policy=policy, agent=agent, base_url=base_url, cluster=cluster, **kw)
 
 
-def _target_context(root: Path, agent, model, base_url, policy_file, yes: bool, console, nightly: bool = False):
+def _target_context(root: Path, agent, model, base_url, policy_file, yes: bool, console):
     """A target run's Ctx (autokernel/target/run.py): a git work tree, its policy under trust rule 6, and the
     profile's (sections sandbox and ops of the same file: --policy, else the checkout's policies.yaml)."""
     from autokernel import policy as policy_mod
@@ -75,7 +75,7 @@ def _target_context(root: Path, agent, model, base_url, policy_file, yes: bool, 
     toplevel(root)
     pol = policy_mod.for_checkout(root, policy_file, flags=policy_mod.flags(agent, base_url, None))
     profile_pol = policy_mod.for_checkout(root, policy_file, uses=("sandbox", "ops"))
-    return target_run.context(pol, profile_pol, agent, model, base_url, yes, console, nightly=nightly)
+    return target_run.context(pol, profile_pol, agent, model, base_url, yes, console)
 
 
 def _run_target(root: Path, op: str | None, agent: str | None, model: str | None, base_url: str | None,
@@ -116,7 +116,7 @@ def _nightly_target(root: Path, op: str | None, agent, model, base_url, policy_f
         token = os.environ.get("GITHUB_TOKEN")
         if open_pr and not token:
             raise UserError("--open-pr needs GITHUB_TOKEN in the environment")
-        ctx = _target_context(root, agent, model, base_url, policy_file, True, console, nightly=True)
+        ctx = _target_context(root, agent, model, base_url, policy_file, True, console)
         outcomes = target_run.pipeline(ctx, root, op)
         for o in outcomes:
             if o.status != "committed" or not (push or open_pr):

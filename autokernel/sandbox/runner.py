@@ -109,8 +109,10 @@ def preflight(limits: Sandbox, *, untrusted_author: bool) -> str:
     """The isolation string jobs will get here (e.g. "bwrap+cgroup+seccomp"); call it BEFORE profiling.
 
     Raises UserError (exit 2) when `sandbox.isolation: required` and any of bubblewrap, cgroup limits or seccomp is
-    missing, or when the candidates' author is untrusted (an LLM agent, nightly) and isolation is not full, unless
-    the policy opted out explicitly with `sandbox.isolation: none` (then a loud warning)."""
+    missing, or when the code is untrusted (`untrusted_author`: candidates an LLM agent or nightly writes, and every
+    job of a target checkout, whose engine, references and kernels someone else may have written: trust rule 6) and
+    isolation is not full, unless the policy opted out explicitly with `sandbox.isolation: none` (then a loud
+    warning)."""
     from autokernel.errors import UserError
     plan = _plan(limits, bool(bwrap.gpu_nodes()))
     if plan.cgroup is not None:
@@ -120,7 +122,8 @@ def preflight(limits: Sandbox, *, untrusted_author: bool) -> str:
     if limits.isolation == "required":
         raise UserError(f"sandbox.isolation is 'required' ({_chosen(limits)}) but {plan.missing[0]}")
     if untrusted_author and limits.isolation != "none":
-        raise UserError(f"refusing to run model-written candidates with weak isolation ({plan.label()}): "
+        raise UserError(f"refusing to run untrusted code (model-written candidates, a target checkout's engine and "
+                        f"kernels) with weak isolation ({plan.label()}): "
                         f"{plan.missing[0]}; fix that, or set sandbox.isolation: none in your user config "
                         f"({user_config() or '$AUTOKERNEL_CONFIG'}) or a --policy file to accept it (a checkout's "
                         "policies.yaml cannot)")

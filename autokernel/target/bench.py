@@ -32,7 +32,7 @@ import json
 import sys
 from pathlib import Path
 
-from autokernel import paths
+from autokernel import paths, sandbox
 from autokernel.errors import UserError
 from autokernel.target import contract, discover
 from autokernel.target import declaration as decl
@@ -129,6 +129,7 @@ def measure_target(root: Path, name: str, candidates: list[Path], policy, *, tra
     from autokernel.bench.rounds import measure_rounds
     from autokernel.target import gate
     d, op = gate.declared_op(root, name)
+    sandbox.preflight(policy.sandbox, untrusted_author=True)  # the checkout's engine and references: trust rule 6
     candidates = [Path(c) for c in candidates]
     _candidates(candidates, op)
     own = decl.checkout_file(root, root / op.file, f"[ops.{name}] file")

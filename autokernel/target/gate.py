@@ -23,7 +23,7 @@ import time
 from functools import partial
 from pathlib import Path
 
-from autokernel import device, paths
+from autokernel import device, paths, sandbox
 from autokernel.deadline import Deadline
 from autokernel.errors import UserError
 from autokernel.gate import pipeline, static
@@ -146,6 +146,7 @@ def verify(root: Path, name: str, candidate_path: Path, *, policy, seed: int | N
     profile of the target whose launcher records give the cases (default: the workload runs once here)."""
     t0 = time.perf_counter()
     d, op = declared_op(root, name)
+    sandbox.preflight(policy.sandbox, untrusted_author=True)  # the checkout's engine and references: trust rule 6
     source = Path(candidate_path).read_bytes()
     sha = hashlib.sha256(source).hexdigest()
     seed = secrets.randbits(63) if seed is None else int(seed)

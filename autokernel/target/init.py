@@ -45,7 +45,7 @@ def discovery(root: Path, engine: str | None, force: bool,
     from autokernel import paths, sandbox
     found = decl.load(root)
     build = engine_entry(root, found, engine, force)
-    sandbox.preflight(policy.sandbox, untrusted_author=False)
+    sandbox.preflight(policy.sandbox, untrusted_author=True)  # the checkout's engine: trust rule 6
     job_dir = paths.user_cache() / "init" / paths.run_name()
     return found, build, discover.run(root, build, policy, job_dir), job_dir
 

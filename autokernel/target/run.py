@@ -299,7 +299,7 @@ class Ctx:
     yes: bool
 
 
-def context(pol, profile_pol, agent, model, base_url, yes: bool, console, nightly: bool = False) -> Ctx:
+def context(pol, profile_pol, agent, model, base_url, yes: bool, console) -> Ctx:
     """The run's Ctx under the command's policies (autokernel/cli/run.py: policy.for_checkout under trust rule 6):
     the agent's settings, the model (probed)."""
     from autokernel import sandbox
@@ -309,7 +309,7 @@ def context(pol, profile_pol, agent, model, base_url, yes: bool, console, nightl
     settled = preflight(settings.provider, settings.model, settings.base_url)
     if settings.model is None and settled:
         settings = settings.model_copy(update={"model": settled})
-    sandbox.preflight(pol.sandbox, untrusted_author=nightly or settings.provider != "search")
+    sandbox.preflight(pol.sandbox, untrusted_author=True)  # the checkout's code, whoever writes candidates
     return Ctx(pol, profile_pol, settings, make_model(settings, seed=0, bench=pol.bench), console, yes)
 
 
