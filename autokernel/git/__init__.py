@@ -11,17 +11,32 @@ a CI checkout has last night's only as origin/autokernel/...) whose tip is one c
 same file; with --open-pr, `find_pull_request` finds the open PR of the same op, which `update_pull_request` (after a
 lease-guarded push of the new commit to its branch) brings up to date instead of opening another.
 Every git process is started by GitPython's command wrapper (`Git`, what `Repo.git` is), ours (`_Git`): hooks disabled
-(`core.hooksPath` pointing at no directory, `--no-verify` on push), the system and global config ignored, filters and
-fsmonitor off, and an environment built from an allowlist: the API keys in ours (model providers, GitHub) never reach
-git or anything git would start. GitPython's own `execute` lays the environment it is given over a copy of ours, so
-`_Git` starts the process itself; the plumbing stays git's (read-tree, update-ref's "must not exist"), not
-GitPython's pure-Python index and object writers, which know neither sha256 repositories nor reftable.
+(`core.hooksPath` pointing at no directory, `--no-verify` on push), the system and global config ignored (but by
+push and author, which want the user's own), filters and fsmonitor off, and an environment built from an allowlist:
+the API keys in ours (model providers, GitHub) never reach git or anything git would start. GitPython's own
+`execute` lays the environment it is given over a copy of ours, so `_Git` starts the process itself; the plumbing
+stays git's (read-tree, update-ref's "must not exist"), not GitPython's pure-Python index and object writers, which
+know neither sha256 repositories nor reftable.
+
+The checkout's git config is the checkout's author's (docs/design.md, trust rule 6): a handed-over directory or
+tarball brings its own `.git/config` and `.git` file. So:
+  - no command that can start a program or reach the network reads it. The commands run in the checkout are local
+    plumbing with every transport forbidden (GIT_ALLOW_PROTOCOL names none: a partial clone's lazy fetch would run
+    its `remote.<name>.uploadpack`); `push` runs from a throwaway git dir of ours (empty config, the checkout's
+    objects as an alternate), where only the user's own global and system config apply (their credential helper,
+    their ssh), and the remote URL is read from the checkout's config as data and must be https://, ssh://, scp-like
+    or a local path (`_push_url`); a local remote's receive-pack runs with hooks, auto-gc, alternate-refs commands
+    and updateInstead off (`RECEIVE_PACK`), since it reads that repository's config;
+  - the author is the user's own identity from their global config, never the checkout's `user.name` (`author`);
+  - a `.git` file or link may lead only to a git dir that names this checkout back: a linked worktree's `gitdir`
+    file or a submodule's `core.worktree` (`_own_git_dir`); anything else would put the commit in another repository.
 """
 from __future__ import annotations
 
 import json
 import os
 import re
+import shlex
 import subprocess
 import tempfile
 import urllib.error
@@ -43,6 +58,15 @@ ZERO = "0" * 40
 # Passed to git from our environment when set; nothing else (no *_KEY, *_TOKEN, proxies' credentials).
 GIT_ENV = ("PATH", "LANG", "LC_ALL", "TZ", "SYSTEMROOT")
 PUSH_ENV = ("HOME", "SSH_AUTH_SOCK", "GIT_SSH_COMMAND", "GIT_ASKPASS", "SSH_ASKPASS", "XDG_CONFIG_HOME")
+# GIT_ALLOW_PROTOCOL overrides every protocol.* setting, the checkout's included. No transport is named "none", so a
+# command in the checkout reaches nothing; a push may use https and ssh (what _push_url lets through, after the
+# user's own url.<base>.insteadOf), plus file for a local remote.
+NO_TRANSPORT, PUSH_PROTOCOLS = "none", "https:ssh"
+# A local remote's receive-pack reads that repository's config: hooks, auto-gc, core.alternateRefsCommand and a
+# push into its checked-out branch with receive.denyCurrentBranch=updateInstead (which checks files out through its
+# filters) all start programs. git does not pass our -c options across a local transport (local_repo_env).
+RECEIVE_PACK = ("git", "-c", f"core.hooksPath={os.devnull}", "-c", "core.fsmonitor=false", "-c", "receive.autogc=false",
+                "-c", "core.alternateRefsCommand=true", "-c", "receive.denyCurrentBranch=refuse", "receive-pack")
 
 
 class DeliveryError(UserError):
@@ -61,7 +85,8 @@ def _env(for_push: bool = False) -> dict[str, str]:
     keep = GIT_ENV + (PUSH_ENV if for_push else ())
     env = {k: os.environ[k] for k in keep if k in os.environ}
     env.update(GIT_TERMINAL_PROMPT="0", GIT_AUTHOR_NAME=BOT_NAME, GIT_AUTHOR_EMAIL=BOT_EMAIL,
-               GIT_COMMITTER_NAME=BOT_NAME, GIT_COMMITTER_EMAIL=BOT_EMAIL)
+               GIT_COMMITTER_NAME=BOT_NAME, GIT_COMMITTER_EMAIL=BOT_EMAIL,
+               GIT_ALLOW_PROTOCOL=NO_TRANSPORT, GIT_NO_LAZY_FETCH="1")  # push() names its transports
     if not for_push:  # push may need the user's credential helper; a commit needs nobody's config
         env.update(GIT_CONFIG_NOSYSTEM="1", GIT_CONFIG_GLOBAL=os.devnull, HOME=tempfile.gettempdir())
     return env
@@ -110,22 +135,25 @@ class _Repo(gitpython.Repo):
 
 
 def git(cwd: str | Path, *args: str, input: bytes | None = None, env: dict | None = None,
-        for_push: bool = False) -> str:
-    """One git command through _Git; its stdout, or DeliveryError with git's last line."""
+        for_push: bool = False, where: str | Path | None = None) -> str:
+    """One git command through _Git; its stdout, or DeliveryError with git's last line (naming `where`, default
+    `cwd`)."""
+    where = where or cwd
     command = getattr(_Git(cwd, for_push), args[0].replace("-", "_"))  # GitPython's git.<cmd>: update_ref, ...
     try:
         status, out, err = command(*args[1:], istream=input, env=env, kill_after_timeout=TIMEOUT_S,
                                    with_extended_output=True, with_exceptions=False)
     except (OSError, subprocess.TimeoutExpired) as e:
-        raise DeliveryError(f"git {args[0]} failed in {cwd}: {e}") from None
+        raise DeliveryError(f"git {args[0]} failed in {where}: {e}") from None
     if status != 0:
         last = (err.strip().splitlines() or [f"exit {status}"])[-1]
-        raise DeliveryError(f"git {args[0]} failed in {cwd}: {line(last, 300)}")
+        raise DeliveryError(f"git {args[0]} failed in {where}: {line(last, 300)}")
     return out.strip()
 
 
 def open_repo(path: str | Path) -> gitpython.Repo:
     """The GitPython Repo at or above `path` (reads only: remotes, the active branch); its .git is _Git."""
+    toplevel(path)  # a repository of its own (_own_git_dir)
     try:
         return _Repo(path, search_parent_directories=True)
     except (gitpython.InvalidGitRepositoryError, gitpython.NoSuchPathError):
@@ -136,9 +164,41 @@ def toplevel(path: str | Path) -> Path:
     if not Path(path).is_dir():
         raise UserError(f"{path}: no such directory")
     try:
-        return Path(git(path, "rev-parse", "--show-toplevel"))
+        root = Path(git(path, "rev-parse", "--show-toplevel"))
     except DeliveryError:
         raise UserError(f"{path}: not inside a git repository (pass --repo PATH to a clone)") from None
+    _own_git_dir(root)
+    return root
+
+
+def _own_git_dir(root: Path) -> None:
+    """UserError unless the repository that holds `root`'s branches and objects (git's common dir) is inside `root`,
+    or names `root` back as git's own links do: a linked worktree's git dir is <common>/worktrees/<id>, whose
+    `gitdir` file holds the path of the worktree's .git file (absolute, or relative to that git dir); a submodule's
+    git dir is its common dir, whose config has core.worktree (relative to the git dir). These files are the other
+    repository's, so a checkout cannot forge them; a `.git` file, link or `commondir` that leads anywhere else would
+    put our branch into another repository of the user's."""
+    gitdir = Path(git(root, "rev-parse", "--absolute-git-dir")).resolve()
+    common = Path(git(root, "rev-parse", "--path-format=absolute", "--git-common-dir")).resolve()
+    top = root.resolve()
+    if common.is_relative_to(top):
+        return
+    if gitdir.parent == common / "worktrees" and (gitdir / "gitdir").is_file():  # is_file: never a FIFO's read
+        try:
+            back = (gitdir / "gitdir").read_text(errors="replace")[:4096].strip()
+        except OSError:
+            back = ""
+        if back and (gitdir / back).resolve() == (top / ".git").resolve():
+            return
+    if gitdir == common and (common / "config").is_file():
+        try:
+            worktree = git(top, "config", "--file", str(common / "config"), "--no-includes", "--get", "core.worktree")
+        except DeliveryError:  # unset
+            worktree = ""
+        if worktree and (gitdir / worktree).resolve() == top:
+            return
+    raise UserError(f"{root}: its .git leads to {line(str(common), 200)}, a repository outside it that does not name "
+                    f"it as its worktree or submodule; autokernel commits only into the checkout's own repository")
 
 
 def head(path: str | Path) -> str:
@@ -167,11 +227,12 @@ def _rel(path: str) -> str:
 
 
 def author(repo_path: str | Path) -> tuple[str, str]:
-    """(name, email) of the commit's author: the repository's user.name and user.email as git config resolves them
-    (repository, global, system), when both are set; else the bot's. Read with the user's config, never run."""
+    """(name, email) of the commit's author: the user's own user.name and user.email from their global config
+    (~/.gitconfig, $XDG_CONFIG_HOME/git/config, and what they include for this checkout), when both are set; else
+    the bot's. Never the checkout's own config: a handed-over checkout would make the commit anyone's."""
     def get(key: str) -> str:
         try:
-            return line(git(repo_path, "config", "--get", key, for_push=True), 200)
+            return line(git(repo_path, "config", "--global", "--get", key, for_push=True), 200)
         except DeliveryError:  # unset: git config exits 1
             return ""
     name, email = get("user.name"), get("user.email")
@@ -238,11 +299,74 @@ def delivered(repo_path: str | Path, path: str, content: bytes | None, prefix: s
 def push(repo_path: str | Path, branch: str, remote: str = "origin", to: str | None = None,
          lease: str | None = None) -> None:
     """Push local `branch` to `to` (default: the same name) on `remote`; with `lease` (the sha the remote branch must
-    still have), a forced update that fails if anyone else moved it since."""
+    still have), a forced update that fails if anyone else moved it since. git runs in a throwaway git dir (module
+    docstring): the user's config and environment, never the checkout's config or hooks."""
     root = toplevel(repo_path)
     to = to or branch
     force = [f"--force-with-lease=refs/heads/{to}:{lease}"] if lease else []
-    git(root, "push", "--no-verify", *force, remote, f"refs/heads/{branch}:refs/heads/{to}", for_push=True)
+    common = Path(git(root, "rev-parse", "--path-format=absolute", "--git-common-dir"))
+    urls = _config(root, common / "config", f"remote.{remote}.pushurl") or _config(root, common / "config",
+                                                                                    f"remote.{remote}.url")
+    if not urls:
+        raise DeliveryError(f"{root}: no git remote {remote!r} to push to")
+    targets = [_push_url(u, root) for u in urls]  # every URL checked before anything is pushed
+    sha = git(root, "rev-parse", "--verify", "--quiet", f"refs/heads/{branch}^{{commit}}")
+    objects = str(common / "objects")
+    if "\n" in objects or objects.startswith('"'):
+        raise DeliveryError(f"{root}: its object directory's path cannot be named in an alternates file")
+    with tempfile.TemporaryDirectory(prefix="autokernel-push-") as tmp:
+        gd = Path(tmp) / "push.git"
+        fmt = git(root, "rev-parse", "--show-object-format")
+        git(tmp, "init", "--quiet", "--bare", "--template=", f"--object-format={fmt}", str(gd))
+        (gd / "objects" / "info").mkdir(parents=True, exist_ok=True)
+        (gd / "objects" / "info" / "alternates").write_text(objects + "\n")
+        own = {"GIT_DIR": str(gd)}
+        git(gd, "update-ref", f"refs/heads/{branch}", sha, env=own)
+        for url, protocols, receive_pack in targets:
+            git(gd, "push", "--no-verify", *force, *receive_pack, "--", url, f"refs/heads/{branch}:refs/heads/{to}",
+                env={**own, "GIT_ALLOW_PROTOCOL": protocols}, for_push=True, where=root)
+
+
+def _config(root: Path, file: Path, key: str) -> list[str]:
+    """Every value of `key` in one config file, read as data (no includes, nothing run); [] if unset."""
+    try:
+        return git(root, "config", "--file", str(file), "--no-includes", "--get-all", key).splitlines()
+    except DeliveryError:  # unset: exit 1
+        return []
+
+
+_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)(://|::)")  # git's URL scheme, or a remote helper's prefix
+_HOST = re.compile(r"(?:[A-Za-z0-9._~+][A-Za-z0-9._~+-]*@)?[A-Za-z0-9_][A-Za-z0-9._-]*")  # [user@]host, no leading -
+
+
+def _push_url(url: str, root: Path) -> tuple[str, str, list[str]]:
+    """(the URL handed to git push, the transports it may use, extra options) for a remote URL the checkout names:
+    https://, ssh:// and scp-like user@host:path as they are; a local path (or file://) made absolute against the
+    checkout, pushed with RECEIVE_PACK. Anything else (ext::, fd::, any remote helper, git://, http://, an option)
+    is refused, naming the URL in one line."""
+    def refuse(why: str) -> DeliveryError:
+        return DeliveryError(f"{root}: will not push to remote URL {line(url, 200)!r}: {why} (https://, ssh://, "
+                             f"user@host:path or a local path)")
+    m = _SCHEME.match(url)
+    if m and m.group(2) == "::":
+        raise refuse(f"the {m.group(1)}:: transport runs a program")
+    if not url or url.startswith("-") or not url.isprintable() or (" " in url and (m or ":" in url)):
+        raise refuse("not a plain URL")  # a space only in a local path
+    if m:
+        scheme, parts = m.group(1).lower(), urllib.parse.urlsplit(url)
+        if scheme in ("https", "ssh"):
+            if not parts.hostname or not _HOST.fullmatch(parts.hostname):
+                raise refuse("no plain host name")
+            return url, PUSH_PROTOCOLS, []
+        if scheme != "file" or parts.netloc not in ("", "localhost"):
+            raise refuse(f"{scheme}:// is not a transport autokernel pushes over")
+        url = urllib.parse.unquote(parts.path)
+    elif ":" in url and ("/" not in url or url.index("/") > url.index(":")):  # git's scp-like syntax
+        if not _HOST.fullmatch(url.split(":", 1)[0]):
+            raise refuse("no plain host name")
+        return url, PUSH_PROTOCOLS, []
+    path = str((root / url).resolve())  # git resolves a relative path from the work tree's top
+    return path, "file", [f"--receive-pack={shlex.join(RECEIVE_PACK)}"]
 
 
 def github_slug(repo_path: str | Path, remote: str = "origin") -> str:

@@ -75,14 +75,21 @@ def test_commit_on_own_branch_leaves_checkout_untouched(repo, nobody):
     assert c.author.email == c.committer.email == "autokernel@users.noreply.github.com"  # never @localhost
 
 
-def test_the_author_is_the_repositorys_configured_user(repo, nobody):
+def test_the_author_is_never_the_checkouts_configured_user(repo, tmp_path, nobody):
+    """A handed-over checkout's .git/config names whom it likes: the author is the user's (global config) or the
+    bot, never the checkout's user.name."""
     with repo.config_writer() as cw:
         cw.set_value("user", "name", "Ada Lovelace")
         cw.set_value("user", "email", "ada@example.com")
     c = repo.commit(delivery.commit_files(repo.working_tree_dir, "autokernel/x", {"kernels/rmsnorm.py": "new\n"},
                                           "msg").sha)
-    assert (c.author.name, c.author.email) == ("Ada Lovelace", "ada@example.com")
+    assert (c.author.name, c.author.email) == ("autokernel", "autokernel@users.noreply.github.com")
     assert (c.committer.name, c.committer.email) == ("autokernel", "autokernel@users.noreply.github.com")
+    (tmp_path / "home").mkdir()
+    (tmp_path / "home" / ".gitconfig").write_text("[user]\n\tname = Grace Hopper\n\temail = grace@example.com\n")
+    c = repo.commit(delivery.commit_files(repo.working_tree_dir, "autokernel/y", {"kernels/rmsnorm.py": "new\n"},
+                                          "msg").sha)
+    assert (c.author.name, c.author.email) == ("Grace Hopper", "grace@example.com")
 
 
 def test_the_author_comes_from_the_users_global_config(repo, tmp_path, nobody):
