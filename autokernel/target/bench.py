@@ -37,7 +37,7 @@ from autokernel.errors import UserError
 from autokernel.target import contract, discover
 from autokernel.target import declaration as decl
 
-MAX_CASE_BYTES = 1 << 28  # a case's launcher arguments; a generous bound on what one job may be asked to allocate
+MAX_CASE_BYTES = contract.MAX_CASE_BYTES
 
 
 def cases(spec, calls: discover.LauncherCalls) -> list[dict]:

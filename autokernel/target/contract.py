@@ -35,6 +35,7 @@ from autokernel.target import declaration as decl
 from autokernel.target.discover import LauncherCalls
 
 ODD_M = (1, 3, 37)  # the odd sizes every layout is checked at, as autokernel's row ops are
+MAX_CASE_BYTES = 1 << 28  # a case's launcher arguments; a generous bound on what one job may be asked to allocate
 FLOATS = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32, "float64": torch.float64}
 INTS = {"int8": torch.int8, "int16": torch.int16, "int32": torch.int32, "int64": torch.int64, "uint8": torch.uint8,
         "bool": torch.bool}
@@ -276,6 +277,8 @@ def _scalar(d: tuple, gen: torch.Generator, rule: dict | None = None):
         cast = bool if kind == "bool" else int
         values = [value] + [cast(c) for c in rule["common"] if cast(c) != value]
         return values[int(torch.randint(0, len(values), (1,), generator=gen))]
+    if kind == "dtype":  # held as recorded, like a mode
+        return getattr(torch, str(value))
     if kind != "float":
         return value
     assert value is not None  # a recorded float: ("float", value) (discover._signature)
@@ -505,6 +508,7 @@ def spec(op: decl.Op, calls: LauncherCalls, table: ReferenceTable, seed: int = 0
     if not lays:
         raise ReferenceError(f"[ops.{op.name}]: the workload's calls of {calls.launcher} left no layout the gate can "
                              "make inputs in")
+    _makeable(op, calls.launcher, lays)
     model = [{"M": m, "layout": i} for i, lay in enumerate(lays) for m in (lay.m or (0,))]
     odd = [{"M": m, "layout": i} for i, lay in enumerate(lays) if lay.m for m in ODD_M]
     columns = size_columns(op, lays)
@@ -532,6 +536,24 @@ def spec(op: decl.Op, calls: LauncherCalls, table: ReferenceTable, seed: int = 0
                   shape_of=shape_of_for(lays), flops=lambda s: 0, bytes_moved=bytes_for(lays, columns),
                   model_shapes=tuple(s for s in model if s["M"] or not lays[s["layout"]].m),
                   odd_shapes=tuple(odd), dtypes=dtypes, doc=doc, extra=extra)
+
+
+def _makeable(op: decl.Op, launcher: str, lays: list[Layout]) -> None:
+    """ReferenceError unless the gate can rebuild every recorded argument, at a size one job may allocate: an object
+    it has no rule for (e.g. a config object), or a recorded size past MAX_CASE_BYTES (the records come from the
+    checkout's engine: trust rule 7)."""
+    for lay in lays:
+        for n, d in lay.args:
+            if d[0] == "other":
+                raise ReferenceError(f"{launcher}'s argument {n} was a {d[1]}; the gate rebuilds "
+                                     "tensors, numbers, bools, strings, dtypes and None: declare a launcher that "
+                                     "takes those (a thin wrapper around this one) instead")
+        for m in lay.m or (0,):
+            size = bytes_for([lay])({"M": m, "layout": 0}, lay.dtype)
+            if size > MAX_CASE_BYTES:
+                raise ReferenceError(f"a recorded layout of {launcher} at M={m} has {size} bytes of "
+                                     f"arguments, more than one case may allocate ({MAX_CASE_BYTES}); profile a "
+                                     "smaller workload")
 
 
 def _never(**kwargs):

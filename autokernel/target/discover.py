@@ -8,6 +8,7 @@ before anything is shown or written.
 """
 from __future__ import annotations
 
+import math
 import re
 import time
 from dataclasses import dataclass, field
@@ -19,6 +20,9 @@ from autokernel.target import declaration as decl
 PROBE_IDS = [[1, 2, 3]]  # the logits() check: one short row of token ids any vocabulary has
 IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_<>][A-Za-z0-9_<>]*)*\Z")
 DTYPE = re.compile(r"^[a-z0-9_]{1,24}\Z")
+# A recorded tensor's sizes, strides and element count: past what any machine holds, a record is forged (trust rule 7:
+# the parent's work on the records, e.g. the sweep's sizes, stays bounded).
+MAX_DIM = 1 << 40
 MAX_LAUNCHES = 512
 VIA = re.compile(r"^[^:\x00-\x1f]+:[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*\Z")  # "file:launcher"
 
@@ -236,16 +240,22 @@ def _signature(sig) -> list[tuple] | None:
             return None
         name, d = item
         if d[0] == "tensor" and len(d) == 4 and isinstance(d[1], str) and DTYPE.match(d[1]) and all(
-                isinstance(t, (list, tuple)) and len(t) <= 8 and all(_int(v) is not None for v in t)
-                for t in d[2:]):
+                isinstance(t, (list, tuple)) and len(t) <= 8 and all(_int(v, 0, MAX_DIM) is not None for v in t)
+                for t in d[2:]) and len(d[2]) == len(d[3]) and math.prod(d[2]) <= MAX_DIM:
             out.append((name, ("tensor", d[1], tuple(d[2]), tuple(d[3]))))
         elif d[0] in ("bool", "int", "float", "NoneType") and len(d) == 2 and (
-                type(d[1]) in (bool, int, float) or d[1] is None) and type(d[1]).__name__ == d[0]:
+                type(d[1]) in (bool, int, float) or d[1] is None) and type(d[1]).__name__ == d[0] and not (
+                type(d[1]) is int and abs(d[1]) > MAX_DIM):
             out.append((name, (d[0], d[1])))
         elif d[0] == "str" and len(d) == 2 and isinstance(d[1], str) and len(d[1]) <= 64:
             out.append((name, ("str", d[1])))
-        else:
-            out.append((name, ("other",)))
+        elif d[0] == "dtype" and len(d) == 2 and isinstance(d[1], str) and DTYPE.match(d[1]):
+            out.append((name, ("dtype", d[1])))
+        elif d[0] == "other":  # what the gate cannot rebuild: its type, named where it is refused (contract.spec)
+            kind = d[1] if len(d) == 2 and isinstance(d[1], str) and IDENT.match(d[1]) and len(d[1]) <= 64 else "?"
+            out.append((name, ("other", kind)))
+        else:  # a known kind out of bounds (a forged size, strides of another rank), or an unknown one
+            return None
     return out
 
 

@@ -157,8 +157,11 @@ def verify(root: Path, name: str, candidate_path: Path, *, policy, seed: int | N
     calls = from_trace(root, d, op, trace) if trace else record(root, d, op, policy, job_dir / "workload")
     copy = job_dir / incumbent.name  # imported by the jobs as the checkout's module: the file keeps its name
     copy.write_bytes(source)
-    results = _launchers(d, op, specs(root, op, calls, job_dir, policy, seed), source, incumbent, copy, job_dir, policy,
-                         seed)
+    try:
+        specs_ = specs(root, op, calls, job_dir, policy, seed)
+    except contract.ReferenceError as e:
+        raise UserError(f"{d.path}: [ops.{name}] {e}") from None
+    results = _launchers(d, op, specs_, source, incumbent, copy, job_dir, policy, seed)
     for stage in ([_e2e] if stages is None else stages):
         if not all(r.passed for r in results):
             break

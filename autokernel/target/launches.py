@@ -36,14 +36,17 @@ def installed(path: str) -> bool:
 
 
 def _describe(value):
-    """One argument as plain data: ("tensor", dtype, shape, strides) | (type name, value) | ("other", type name)."""
+    """One argument as plain data: ("tensor", dtype, shape, strides) | (type name, value) | ("dtype", name) |
+    ("other", type name): a string longer than the parent keeps is "other" too, never a truncated value to replay."""
     if hasattr(value, "data_ptr") and hasattr(value, "shape"):
         return ("tensor", str(value.dtype).removeprefix("torch."), tuple(int(s) for s in value.shape),
                 tuple(int(s) for s in value.stride()))
     if type(value) in _SCALARS or value is None:
         return (type(value).__name__, value)
-    if type(value) is str:
-        return ("str", value[:64])
+    if type(value) is str and len(value) <= 64:
+        return ("str", value)
+    if type(value).__name__ == "dtype" and type(value).__module__ == "torch":  # out_dtype=torch.float32
+        return ("dtype", str(value).removeprefix("torch."))
     return ("other", type(value).__name__)
 
 
