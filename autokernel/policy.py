@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Iterable, Literal, Optional
+from typing import Any, Callable, Iterable, Literal, NamedTuple, Optional
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
@@ -14,7 +14,8 @@ from autokernel.errors import UserError
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
     _origin: dict[str, str] = PrivateAttr(default_factory=dict)
-    """Where a guarded field's value came from (for_checkout), e.g. the user config's path: warnings name it."""
+    """Where a field outside the checkout's allowlist (CHECKOUT) got its value (for_checkout), e.g. the user config's
+    path: warnings name it."""
 
     def origin(self, name: str) -> str:
         return self._origin.get(name, "the default")
@@ -237,7 +238,7 @@ def _line_of(text: str, loc: tuple) -> int | None:
     """The YAML line (1-based) of a field path, for error messages."""
     try:
         node = yaml.compose(text)
-    except yaml.YAMLError:
+    except (yaml.YAMLError, RecursionError):
         return None
     line = None
     for key in loc:
@@ -257,15 +258,33 @@ def _where(path: Path, text: str, loc: tuple) -> str:
     return f"{path}:{line}" if line else str(path)
 
 
-def _parse(path: Path, text: str) -> dict:
-    """The file's sections, validated (a bad file raises UserError naming the field, the line and what is allowed)."""
+def parse_untrusted(path: Path, text: str, parse: Callable[[str], Any], kind: str, hint: str = "") -> Any:
+    """`parse(text)` for a config file someone else may have written (a checkout's policies.yaml or autokernel.toml):
+    any failure of the parser is one line of UserError naming the file (and `hint`), never a traceback -- a syntax
+    error, a value its constructor refuses (a YAML date in month 13), or nesting past Python's recursion limit
+    (RecursionError: 100k nested `[` in TOML, 5000-deep YAML, measured by the red team: a traceback, exit 1)."""
+    tail = f" {hint}" if hint else ""
     try:
-        data = yaml.safe_load(text) or {}
+        return parse(text)
+    except RecursionError:
+        raise UserError(f"{path}: not valid {kind}: nested too deeply{tail}") from None
     except yaml.YAMLError as e:  # PyYAML's own line and column (0-based in its marks), as an editor jumps to them
         mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
         where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
         what = "; ".join(x for x in (getattr(e, "context", None), getattr(e, "problem", None)) if x)
-        raise UserError(f"{where}: not valid YAML: {what or str(e).splitlines()[0]}") from None
+        raise UserError(f"{where}: not valid {kind}: {what or _first_line(e)}{tail}") from None
+    except Exception as e:  # noqa: BLE001 -- tomllib.TOMLDecodeError, a constructor's ValueError: any is bad input
+        raise UserError(f"{path}: not valid {kind}: {_first_line(e)}{tail}") from None
+
+
+def _first_line(e: Exception) -> str:
+    from autokernel.untrusted import line
+    return line((str(e).strip().splitlines() or [type(e).__name__])[0], 300)
+
+
+def _parse(path: Path, text: str) -> dict:
+    """The file's sections, validated (a bad file raises UserError naming the field, the line and what is allowed)."""
+    data = parse_untrusted(path, text, yaml.safe_load, "YAML") or {}
     if not isinstance(data, dict):
         raise UserError(f"{path}: the top level must be a mapping of sections ({', '.join(Policy.model_fields)})")
     try:
@@ -290,33 +309,70 @@ def load(path: str | Path | None = None) -> Policy:
 
 # --- trust rule 6 (docs/design.md): what a checkout's own policies.yaml may set -----------------------------------
 #
-# These fields route the API key, the prompts or the jobs, spend the user's money, weaken the sandbox, or name a file
-# for autokernel to read. They are taken from the trusted sources (the defaults, the user config
-# autokernel.paths.user_config(), a file given with --policy, the command line and the environment); the checkout's
-# policies.yaml is only heard on them when no trusted source set them, and only for a value no weaker than the
-# default: a weaker one stops the command (exit 2) with one line naming the file, the field and where to set it.
-# How a value is weaker than the default: "other" -- any other value; "higher" -- a larger number; a tuple -- the
-# values from weakest to strongest; "inside" -- a path, which from the checkout must name a regular file inside it
-# (it is made absolute, so it no longer depends on the current directory).
-GUARDED: dict[str, tuple[str | tuple[str, ...] | tuple[bool, ...], str]] = {
-    "agent.provider": ("other", "whose API key is used"),
-    "agent.base_url": ("other", "where your API key and the prompts are sent"),
-    "cluster.address": ("other", "where jobs and the checkout's kernels are sent and results come from"),
-    "agent.prices": ("other", "what the spending budget counts"),
-    "agent.max_usd": ("higher", "how much a session may spend with your key"),
-    "agent.max_tokens": ("higher", "how much a session may spend with your key"),
-    "agent.workers": ("higher", "how many sessions spend with your key at once"),
-    "sandbox.isolation": (("none", "auto", "required"), "how candidate and checkout code is isolated"),
-    "sandbox.fork": (("allow", "auto", "deny"), "how candidate and checkout code is isolated"),
-    **{f"sandbox.{f}": ("higher", "the sandbox's resource limits") for f in
-       ("timeout_s", "memory_mb", "cpu_s", "file_size_mb", "disk_mb", "max_processes")},
-    "gate.require_coverage": ((False, True), "what the gate proves of a kernel (a pull request may not waive it)"),
-    "gate.require_bitwise_determinism": ((False, True), "what the gate proves of a kernel"),
-    "target.model": ("inside", "a file autokernel reads"),
-    "target.workload": ("inside", "a file autokernel reads"),
+# An allowlist. CHECKOUT names each field a checkout's policies.yaml may set and how far; every other field (one added
+# later included) routes the API key, the prompts or the jobs, spends the user's money or machine, weakens the sandbox
+# or the gate, or names where autokernel pushes, and is taken only from the trusted sources (the defaults, the user
+# config autokernel.paths.user_config(), a file given with --policy, the command line and the environment): from the
+# checkout only its default value is heard. A field a trusted source sets is never taken from the checkout. A value
+# out of its rule stops the command (exit 2) with one line naming the file, the field and where to set it instead.
+# The rules: "any" -- the project's own choice (which ops, what its engine serves, which prompts); "inside" -- a path,
+# which must name a regular file inside the checkout (made absolute, so it no longer depends on the current
+# directory); Within(lo, hi) -- a number in [lo, hi] (DEFAULT: the field's default; None: no bound): a tolerance or a
+# bar only stricter, a work or spending knob only lower or under a cap; a tuple -- the values from weakest to
+# strongest, at least the default.
+DEFAULT = "default"
+
+
+class Within(NamedTuple):
+    lo: float | str | None
+    hi: float | str | None
+
+
+AT_MOST, AT_LEAST = Within(None, DEFAULT), Within(DEFAULT, None)
+MAX_WALL_S = 3600.0  # a checkout's agent.max_wall_s: 4x this repository's own 900 s (3 candidates of ~300 s measured
+# under the interpreter on 2 cores, policies.yaml) -- the target tests ask 1500 s; more is the user's to give
+CHECKOUT: dict[str, str | Within | tuple] = {
+    "target.model": "inside", "target.workload": "inside", "target.weights": "any",
+    "ops.protected": "any", "ops.allow": "any", "ops.deny": "any",
+    **{f"e2e.{f}": AT_MOST for f in ("kl_mean_max", "kl_p99_max", "kl_max_max", "repeat_run", "max_new_tokens")},
+    "e2e.top1_min": AT_LEAST, "e2e.prompts": "any",
+    "bench.min_speedup": AT_LEAST, "bench.confidence": AT_LEAST, "bench.rse_target": "any",  # bounded by max_time_s
+    **{f"bench.{f}": AT_MOST for f in ("max_time_s", "rounds", "job_time_s", "implausible_factor", "max_wait_ratio")},
+    **{f"agent.{f}": AT_MOST for f in ("max_iterations", "max_tokens", "max_usd", "top_k_ops", "max_output_tokens",
+                                       "reasoning_room_tokens", "max_checks", "max_check_s", "workers")},
+    "agent.max_wall_s": Within(None, MAX_WALL_S), "agent.target_fraction_of_peak": "any",
+    "agent.early_success": (False, True),
+    "sandbox.isolation": ("none", "auto", "required"), "sandbox.fork": ("allow", "auto", "deny"),
+    **{f"sandbox.{f}": AT_MOST for f in ("timeout_s", "memory_mb", "cpu_s", "file_size_mb", "disk_mb",
+                                         "max_processes")},
+    "cluster.retries": AT_MOST, "cluster.job_timeout_s": AT_MOST,
+    "git.commit": "any",
+    "gate.require_coverage": (False, True), "gate.require_bitwise_determinism": (False, True),
+    "gate.allow_inline_asm": (True, False),
+    **{f"gate.{f}": AT_MOST for f in ("e2e_timeout_factor", "e2e_interpreter_budget_s", "coverage_cases")},
+    "gate.max_rows": Within(1, DEFAULT), "gate.max_rows_interpreter": Within(1, DEFAULT),  # 0 turns the sweep off
 }
+WHY = {  # what a field decides, for the refusal (else its section's)
+    "agent.provider": "whose API key is used", "agent.base_url": "where your API key and the prompts are sent",
+    "agent.model": "which model your key pays for", "agent.prices": "what the spending budget counts",
+    "cluster.address": "where jobs and the checkout's kernels are sent and results come from",
+    "sandbox.isolation": "how candidate and checkout code is isolated",
+    "sandbox.fork": "how candidate and checkout code is isolated",
+    "git.branch_prefix": "which branch of your repository autokernel commits and pushes to",
+    **{f"gate.{f}": "how much work the gate does on your machine" for f in (
+        "e2e_timeout_factor", "e2e_interpreter_budget_s", "coverage_cases", "max_rows", "max_rows_interpreter")},
+}
+WHY_SECTION = {"target": "a file autokernel reads", "agent": "how much the agent spends with your key",
+               "sandbox": "the sandbox's resource limits", "cluster": "how jobs run on the cluster",
+               "gate": "what the gate proves of a kernel (a pull request may not waive it)",
+               "e2e": "what the end-to-end check proves", "bench": "how long benchmarks run and what they accept",
+               "git": "what autokernel does to your repository", "ops": "which ops are rewritten"}
 RUNS_CODE = ("target", "gate", "e2e", "bench", "sandbox", "cluster")  # the sections verify and bench act on
 FLAGS = {"agent.provider": "--agent", "agent.base_url": "--base-url", "cluster.address": "--cluster or RAY_ADDRESS"}
+
+
+def _fields() -> list[str]:
+    return [f"{s}.{f}" for s, sec in Policy.model_fields.items() for f in sec.annotation.model_fields]  # type: ignore[union-attr]
 
 
 def _get(data: dict, name: str):
@@ -326,30 +382,39 @@ def _get(data: dict, name: str):
 
 
 def _weaker(rule, value, default) -> str | None:
-    """How `value` is weaker than `default` under `rule` (a phrase for the message), or None if it is not."""
-    if rule == "other":
-        return None if value == default else f"to anything but its default ({default!r})"
-    if rule == "higher":
-        return None if value is None or (default is not None and value <= default) else f"above {default!r}"
+    """How `value` is out of `rule` (a phrase for the message), or None if it is within it; no rule: the default
+    only."""
+    if rule == "any":
+        return None
+    if isinstance(rule, Within):
+        lo, hi = (default if b == DEFAULT else b for b in rule)
+        if value is None or lo is None and hi is None:
+            return None if value == default else f"to anything but its default ({default!r})"
+        if lo is not None and value < lo:
+            return f"below {lo!r}"
+        return f"above {hi!r}" if hi is not None and value > hi else None
     if isinstance(rule, tuple):
-        return None if rule.index(value) >= rule.index(default) else f"below {default!r}"
-    return None
+        return None if rule.index(value) >= rule.index(default) else \
+            f"to {value!r}, weaker than its default ({default!r})"
+    return None if value == default else f"to anything but its default ({default!r})"
 
 
 def _admit(path: Path, text: str, data: dict, root: Path, trusted: set[str],
            uses: set[str] | None = None) -> tuple[dict, list[str]]:
-    """The checkout's sections as they may apply, and the refusals (one line each): guarded fields a trusted source
-    sets, or of a section the command never acts on (`uses`; None: all), are dropped (the value that applies is the
-    trusted one); a weaker value is refused; a path is checked and made absolute."""
+    """The checkout's sections as they may apply, and the refusals (one line each): fields outside the allowlist
+    that a trusted source sets, or of a section the command never acts on (`uses`; None: all), are dropped (the
+    value that applies is the trusted one); a value out of its rule is refused; a path is checked and made
+    absolute."""
     from autokernel import paths
     defaults, refusals = Policy(), []
     out = {k: dict(v) if isinstance(v, dict) else v for k, v in data.items()}
-    for name, (rule, why) in GUARDED.items():
+    for name in _fields():
         value = _get(data, name)
         if value is ...:
             continue
         section, field = name.split(".")
-        if name in trusted or uses is not None and section not in uses:
+        rule = CHECKOUT.get(name)
+        if rule != "any" and (name in trusted or uses is not None and section not in uses):
             del out[section][field]
             continue
         where = _where(path, text, (section, field))
@@ -365,6 +430,7 @@ def _admit(path: Path, text: str, data: dict, root: Path, trusted: set[str],
         if how:
             flag = f"with {FLAGS[name]}, " if name in FLAGS else ""
             cfg = paths.user_config() or "$AUTOKERNEL_CONFIG"
+            why = WHY.get(name, WHY_SECTION.get(section, "how autokernel runs"))
             refusals.append(f"{where}: field '{name}': refused: a checkout's policies.yaml may not set it {how}, "
                             f"since it decides {why}; set it {flag}in your user config {cfg} or in a file you pass "
                             "with --policy (docs/design.md, trust rule 6)")
@@ -378,10 +444,11 @@ def checkout_refusals(path: str | Path) -> list[str]:
     return _admit(path, text, _parse(path, text), path.absolute().parent, set())[1]
 
 
-def flags(agent: str | None = None, base_url: str | None = None, cluster: str | None = None) -> list[str]:
-    """The guarded fields the command line (--agent, --base-url, --cluster) or the environment (RAY_ADDRESS) sets,
-    for for_checkout()."""
-    given = {"agent.provider": agent, "agent.base_url": base_url,
+def flags(agent: str | None = None, base_url: str | None = None, cluster: str | None = None,
+          model: str | None = None) -> list[str]:
+    """The fields outside the checkout's allowlist that the command line (--agent, --base-url, --cluster, --model) or
+    the environment (RAY_ADDRESS) sets, for for_checkout()."""
+    given = {"agent.provider": agent, "agent.base_url": base_url, "agent.model": model,
              "cluster.address": cluster or os.environ.get("RAY_ADDRESS")}
     return [k for k, v in given.items() if v]
 
@@ -390,12 +457,12 @@ def for_checkout(root: str | Path | None, explicit: str | Path | None = None, fl
                  uses: Iterable[str] | None = None) -> Policy:
     """The policy a command runs under: the defaults, then the user config (autokernel.paths.user_config), then
     `explicit` (--policy FILE, the user's own choice: trusted wherever it lives) or else the checkout's
-    `<root>/policies.yaml` under trust rule 6 (GUARDED above; read as a regular file inside the checkout). `flags`:
-    the guarded fields the command line or the environment sets (--agent, --base-url, --cluster, RAY_ADDRESS), whose
+    `<root>/policies.yaml` under trust rule 6 (CHECKOUT above; read as a regular file inside the checkout). `flags`:
+    the fields the command line or the environment sets (--agent, --base-url, --cluster, RAY_ADDRESS), whose
     checkout values are then moot; the caller applies the flags' values itself (agent.command.agent_settings).
     `uses`: the sections the command acts on (verify never sends a key: its checkout's agent.provider is not its
-    business); a guarded field of another section from the checkout is dropped, not refused. None: every section.
-    Each guarded field's source is recorded on its section (`policy.sandbox.origin("isolation")`)."""
+    business); a field outside the allowlist of another section from the checkout is dropped, not refused. None:
+    every section. Each such field's source is recorded on its section (`policy.sandbox.origin("isolation")`)."""
     from autokernel import paths
     layers: list[tuple[str, dict]] = []
     user = paths.user_config()
@@ -408,7 +475,8 @@ def for_checkout(root: str | Path | None, explicit: str | Path | None = None, fl
         inside = root is not None and explicit.resolve().is_relative_to(Path(root).resolve())
         label = f"--policy {explicit}" + (" (a file of the checkout, passed with --policy)" if inside else "")
         layers.append((label, _parse(explicit, explicit.read_text())))
-    trusted = set(flags) | {n for n in GUARDED for _, d in layers if _get(d, n) is not ...}
+    trusted = set(flags) | {n for n in _fields() if CHECKOUT.get(n) != "any" for _, d in layers
+                            if _get(d, n) is not ...}
     checkout_label = None
     if explicit is None and root is not None and os.path.lexists(Path(root) / "policies.yaml"):
         f = Path(root) / "policies.yaml"
@@ -425,7 +493,7 @@ def for_checkout(root: str | Path | None, explicit: str | Path | None = None, fl
         for section, fields in data.items():
             merged.setdefault(section, {}).update(fields or {})
             for field in fields or {}:
-                if f"{section}.{field}" in GUARDED:
+                if CHECKOUT.get(f"{section}.{field}") != "any":
                     origin[f"{section}.{field}"] = label
     for name in flags:
         origin[name] = "the command line or the environment"

@@ -34,6 +34,7 @@ from typing import Any
 
 from autokernel import paths
 from autokernel.errors import UserError
+from autokernel.policy import parse_untrusted
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -45,6 +46,8 @@ TODO = "TODO"
 ENTRY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*\Z")
 QUALNAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*\Z")
 OP_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}\Z")
+# an op's `file`: reaches a commit message's subject, a PR body and a shell line, so no spaces, `#`, `@`, quotes
+FILE = re.compile(r"^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*\.py\Z")
 OP_FIELDS = {"file", "launchers", "reference", "outputs", "tolerance", "protected", "inputs", "work", "sizes", "doc",
              "dtypes"}
 DTYPES = ("float16", "bfloat16", "float32", "float64")  # what `dtypes` may name: the gate's float case dtypes
@@ -152,10 +155,7 @@ def load(root: Path) -> Declaration | None:
         return None
     checkout_file(root, path, NAME)
     text = paths.read_text(path, root, limit=1 << 20)
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
-        raise UserError(f"{path}: not valid TOML: {e} {HELP}") from None
+    data = parse_untrusted(path, text, tomllib.loads, "TOML", HELP)
     unknown = sorted(set(data) - {"engine", "ops"})
     if unknown:
         raise UserError(f"{path}: unknown table [{unknown[0]}]; a declaration has [engine] and [ops.<name>] {HELP}")
@@ -192,6 +192,9 @@ def _op(name: str, spec, path: Path, root: Path) -> Op:
     if not isinstance(file, str) or not file.endswith(".py"):
         raise UserError(f"{where} file: a .py path relative to the checkout is required {HELP}")
     checkout_file(root, root / file, f"{where} file")
+    if not FILE.match(file):
+        raise UserError(f"{where} file: name the file with letters, digits, _ . - and / only (it goes into commit "
+                        f"messages, pull requests and shell lines): rename it {HELP}")
     from autokernel.target.launches import installed
     if installed(file):
         raise UserError(f"{where} file: {file} is an installed package's file (a virtual environment inside the "

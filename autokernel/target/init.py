@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import tempfile
 from pathlib import Path
 
@@ -66,10 +67,22 @@ def declare(root: Path, found: decl.Declaration | None, build: str, d: discover.
 
 
 def write(path: Path, text: str) -> None:
-    """Through a temporary file in the same directory and a rename: a link at `path` is replaced, never followed."""
+    """Through a temporary file in the same directory and a rename: a link at `path` is replaced, never followed.
+    The file keeps the mode of the regular file it replaces, else gets what an editor would give a new one (0666
+    less the umask: 0644 under the usual 022); mkstemp's 0600 would hide it from the checkout's other readers."""
+    try:
+        st = os.lstat(path)
+        mode = stat.S_IMODE(st.st_mode) if stat.S_ISREG(st.st_mode) else None
+    except FileNotFoundError:
+        mode = None
+    if mode is None:
+        umask = os.umask(0o022)
+        os.umask(umask)
+        mode = 0o666 & ~umask
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".autokernel-", suffix=".toml")
     try:
         with os.fdopen(fd, "w") as f:
+            os.fchmod(f.fileno(), mode)
             f.write(text)
         os.replace(tmp, path)
     except BaseException:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import shlex
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -22,7 +23,7 @@ from autokernel.candidate import Candidate
 from autokernel.deadline import Deadline
 from autokernel.errors import UserError
 from autokernel.target import declaration as decl
-from autokernel.untrusted import line
+from autokernel.untrusted import inert, line
 
 
 class TargetEvaluator:
@@ -190,7 +191,9 @@ class TargetOutcome:
 
 
 def message(op: decl.Op, m, fb: Feedback, base: str, share: float | None) -> str:
-    """The commit message: what changed, the perf table, the end-to-end KL, how it was judged (trusted text)."""
+    """The commit message: what changed, the perf table, the end-to-end KL, how it was judged. The checkout's text in
+    it is what the declaration admits (op names, launchers and files: letters, digits, _ . - /); shell words are
+    quoted and follow `--`, and the gate's detail is made inert (no #12, @team, trailers GitHub would act on)."""
     from autokernel.git import report
     s = m.files[-1].speedup
     e2e = next((st for st in fb.stages if st["name"] == "e2e"), {})
@@ -199,11 +202,12 @@ def message(op: decl.Op, m, fb: Feedback, base: str, share: float | None) -> str
     lines = [f"autokernel: {s.est:.2f}x faster {op.name} ({op.file}; {share_txt})", "",
              f"Candidate {fb.sha256[:12]} for `{', '.join(op.launchers)}` in `{op.file}`, over {base[:12]}.", "",
              *report.perf_table(m, op.name), *_per_launcher(m), "",
-             f"End to end ({line(e2e.get('detail') or 'not run', 300)}): KL mean {mt.get('kl_mean', 0):.3g} / max "
-             f"{mt.get('kl_max', 0):.3g} nats, top-1 {mt.get('top1', 0):.3f}.",
+             f"End to end ({inert(line(e2e.get('detail') or 'not run', 300))}): KL mean {mt.get('kl_mean', 0):.3g} "
+             f"/ max {mt.get('kl_max', 0):.3g} nats, top-1 {mt.get('top1', 0):.3f}.",
              "", "Gate: " + "; ".join(f"{st['name']} {'pass' if st['passed'] else 'FAIL'}" for st in fb.stages)
              + f" (seed {fb.seed}, {fb.isolation or 'isolation unknown'}).",
-             "", f"Reproduce: autokernel verify --repo . {op.name} {op.file} --seed {fb.seed}"]
+             "", f"Reproduce: autokernel verify --repo . --seed {fb.seed} -- {shlex.quote(op.name)} "
+             f"{shlex.quote(op.file)}"]
     return "\n".join(lines) + "\n"
 
 
