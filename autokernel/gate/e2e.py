@@ -189,8 +189,11 @@ def plan(op: str, policy: Policy, base: dict, measured: dict | None, rng: random
     1. everywhere, prefill and e2e.max_new_tokens greedy tokens: the full check;
     2. the prefill and 2 * e2e.repeat_run greedy tokens (room for the guard's run to start anywhere in the first
        half), in as many layers as fit; then as many more tokens as still fit in those layers;
-    3. likewise with the decode steps only (the prefill all reference: M=120 calls cost the most);
-    4. else the smallest: one layer, decode only, 2 * repeat_run tokens; its job limit is stretched to fit it.
+    3. likewise with the decode steps only (the prefill all reference: M=120 calls cost the most), for an op the
+       decode steps call (not prefill attention: a plan without its prefill never called the candidate, and an
+       unchanged copy of the incumbent was rejected e2e.bad_output on a loaded machine);
+    4. else the smallest: one layer, decode only where the decode steps call the op, else its prefill, 2 *
+       repeat_run tokens; its job limit is stretched to fit it.
     The power this costs is real: the known-bad add_rmsnorm (eps x 1000) that the full check rejects passes in one
     layer of 31, decode only (KL max 5.8e-6 nats); the numeric stage, and the full check where kernels compile,
     stay the defence against errors that small.
@@ -224,7 +227,8 @@ def plan(op: str, policy: Policy, base: dict, measured: dict | None, rng: random
 
     n, budget = len(order), policy.gate.e2e_interpreter_budget_s
     lowest = 1 if n else 0  # at least one layer, where the op has any
-    options = [(n, True, g_max)] + [(k, pre, g_min) for pre in (True, False) for k in range(n, lowest - 1, -1)]
+    cuts = (True, False) if calls.get("decode") else (True,)  # a prefill-only op keeps its prefill (docstring, 3.)
+    options = [(n, True, g_max)] + [(k, pre, g_min) for pre in cuts for k in range(n, lowest - 1, -1)]
     k, prefill, g = next((o for o in options if interpreted(*o) <= budget), options[-1])
     while g < g_max and interpreted(k, prefill, g + 1) <= budget:  # the layers fixed, as many tokens as fit
         g += 1

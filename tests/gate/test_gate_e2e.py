@@ -207,6 +207,21 @@ def test_plan_fits_the_candidates_measured_speed_in_the_budget(monkeypatch):
     assert e2e.plan("matmul_q4_1", policy, base, _measured(5.0, 60.0))["sites"] is None
 
 
+def test_a_prefill_only_op_keeps_its_prefill_whatever_the_budget(monkeypatch):
+    """Prefill attention has no decode calls: a plan cut to the decode steps never called the candidate, so an
+    unchanged copy of the incumbent was rejected (e2e.bad_output, 'no call of the candidate') wherever its prefill
+    calls overran the budget (a loaded machine). The cut keeps the prefill, in fewer layers."""
+    import random
+    monkeypatch.setattr(e2e, "backend", lambda: "reference")
+    calls = {"prefill": {f"blk.{i}.attn": {"B=1,T=120,Hq=9,Hkv=3,D=64": 1} for i in range(30)}, "decode": {}}
+    base = {"calls": {"attention": calls}, "steps": 15, "load_s": 5.0, "prefill_s": 2.0, "step_s": 0.5}
+    for call_s in (1.0, 30.0, 500.0):  # everywhere; some layers; past the budget in one layer (stretched)
+        p = e2e.plan("attention", Policy(), base, {"call_s": {"B=1,T=120,Hq=9,Hkv=3,D=64": call_s}},
+                     random.Random(2))
+        assert p["prefill"] is True, p
+        assert p["sites"] is None or len(p["sites"]["prefill"]) == p["layers"] >= 1, p
+
+
 def test_job_limits_follow_the_plans_prediction():
     """A slow but correct candidate gets the time its e2e job needs (issue: a matmul_q4_1 rewrite was killed at the
     300 s default), and never more than the gate's deadline leaves."""
