@@ -212,6 +212,7 @@ class _Runner:
         if target:
             payload["target"] = {"module": target["module"], "launcher": target["launcher"],
                                  "outputs": target["outputs"], "written": target["written"],
+                                 "inplace": target.get("inplace") or [],
                                  "preload": target["preload"]}
             where = {"pythonpath": [target["root"]]}
             prepare = self.spec.extra["prepare"]  # its reference's own sandboxed job, for every value set used
@@ -335,8 +336,10 @@ class _Runner:
         return {k: round(v, 4) for k, v in self.worst.items()}
 
     def runtime_ok(self) -> StageResult:
-        return StageResult.ok("runtime", f"{self.calls} calls, each launched the candidate's own kernel; no torch "
-                                         "compute, global state unchanged", calls=self.calls, launches=self.launches,
+        detail = f"{self.calls} calls, each launched the candidate's own kernel; no torch compute, global state " \
+                 "unchanged" if self.calls else "no call completed: the first failed the numeric check below, " \
+                 "after its runtime checks passed"
+        return StageResult.ok("runtime", detail, calls=self.calls, launches=self.launches,
                               isolation=self.isolation, sandbox_s=round(self.sandbox_s, 3),
                               candidate_s=round(self.candidate_s, 3), jobs=self.jobs)
 
@@ -482,19 +485,27 @@ def _need_mb(spec: OpSpec, shape: dict, dtype) -> float:
     return REACH_BASE_MB + REACH_COPIES * spec.bytes_moved(shape, dtype) / (1 << 20)
 
 
+TAIL_BLOCK = 128  # past the cap, the secret sizes are one past a multiple of this (_past_cap)
+
+
 def _past_cap(runner: _Runner, planned, cover: Cover, dim: str) -> tuple[list[dict], list[dict]]:
     """The calls worth making past the plan's cap, in the order they get the budget: (crossings) the far side (T,
     T+1) of each threshold of the source there, so `(M // 1100) % 2` in arithmetic, exact at every size below the cap
     and at production's maximum, is judged inside its window; (octaves) a secret size in each octave from the cap to
-    production, so a window keyed on a size derived from other dimensions, with no literal to find, is too.
-    Production's maximum comes last (_reach)."""
+    production, so a window keyed on a size derived from other dimensions, with no literal to find, is too. Each is
+    one past a multiple of TAIL_BLOCK (where the octave holds a few such sizes): the last block of rows holds one
+    row for every power-of-2 block up to it, so a grid that rounds the rows down (`(M + 62) // 64` programs of 64
+    rows, taken only for M > 2N: no literal) leaves it unwritten there. Production's maximum comes last (_reach)."""
     spec, shapes = runner.spec, [p[0] for p in planned]
     far = sorted({v for t in cover.thresholds for v in (t, t + 1) if cover.max_rows < v <= cover.production_rows})
     crossings = [schedule.at_rows(spec, shapes, v) for v in far[:thresholds.MAX_ROWS_FROM_THRESHOLDS]]
     r, lo, octaves = random.Random(_derive(runner.seed, "past-cap")), cover.max_rows, []
     while lo < cover.production_rows:
         hi = min(2 * lo, cover.production_rows)
-        octaves.append(schedule.at_rows(spec, shapes, min(r.randrange(lo + 1, hi + 1) | 1, hi)))
+        first = lo - lo % TAIL_BLOCK + 1
+        tails = range(first + (TAIL_BLOCK if first <= lo else 0), hi + 1, TAIL_BLOCK)  # v % TAIL_BLOCK == 1 in (lo, hi]
+        v = r.choice(tails) if len(tails) >= 4 else min(r.randrange(lo + 1, hi + 1) | 1, hi)
+        octaves.append(schedule.at_rows(spec, shapes, v))
         lo = hi
     return crossings, [s for s in octaves if s not in crossings]
 

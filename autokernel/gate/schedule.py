@@ -131,21 +131,26 @@ def larger_shape(spec: OpSpec, shapes: list[dict[str, int]]) -> dict[str, int] |
 def sweep_shapes(spec: OpSpec, traced: list[dict[str, int]], seed: int) -> list[dict[str, int]]:
     """The leading dimension(s) (spec.extra['sweep'], default the first) swept on the most expensive traced shape,
     with spec.extra['sweep_base'] overriding other dimensions where the traced one would make every case huge (the
-    embedding tables). The budget is LARGER_COST_FACTOR times the most expensive traced shape's cost."""
+    embedding tables). The budget is LARGER_COST_FACTOR times the most expensive traced shape's cost. A value that
+    does not fit it there is swept on the cheap base instead: the other swept dimensions at 1 and
+    spec.extra['cheap_base'] (decode attention's context at 2), so a batch reaches production's decode batches (a
+    persistent grid that stops after a fixed number of (batch, head) pairs is wrong only there)."""
     if not traced:
         return []
     base = {**_costliest(spec, traced), **spec.extra.get("sweep_base", {})}
     limit = LARGER_COST_FACTOR * max(cost(spec, s) for s in traced)
+    dims = spec.extra.get("sweep", (next(iter(base)),))
     out = []
-    for dim in spec.extra.get("sweep", (next(iter(base)),)):
+    for dim in dims:
         top = max(s.get(dim, 1) for s in traced)
         r = random.Random(derive(seed, "sweep", dim))
         secret = secret_prime(r, top + 1, 2 * top + 1)
         values = sorted(set(SWEEP) | {s[dim] for s in traced if dim in s} | {2 * top + 1}
                         | ({secret} if secret else set()))
+        cheap = {**base, **{d: 1 for d in dims if d != dim}, **spec.extra.get("cheap_base", {})}
         for v in values:
-            s = {**base, dim: v}
-            if cost(spec, s) <= limit and s not in out:
+            s = next((s for s in ({**base, dim: v}, {**cheap, dim: v}) if cost(spec, s) <= limit), None)
+            if s is not None and s not in out:
                 out.append(s)
     return out
 
@@ -230,13 +235,56 @@ def plan(spec: OpSpec, shapes: list[dict] | None, dtypes: list[torch.dtype] | No
     grid = [(s, dt, dists[0], FULL) for s in full_shapes for dt in dtypes]
     grid += [(s, dt, d, SINGLE) for s in base_shapes for d in dists[1:]
              for dt in (dtypes if d in DTYPE_DISTS else dtypes[:1])]
-    grid += [(s, dtypes[0], sweep_dist, SINGLE) for s in swept]
+    turn = derive(seed, "dtype turn") % len(dtypes)
+    grid += [(s, dtypes[(i + turn) % len(dtypes)], sweep_dist, SINGLE) for i, s in enumerate(swept)]
     ranged = [s for s in range_shapes(spec, traced, seed, max_rows, thresholds) if s not in full_shapes + swept]
     modeled = model_dims_shape(spec, traced, seed, max_rows)
     ranged += [modeled] if modeled and modeled not in full_shapes + swept + ranged else []
-    grid += [(s, dtypes[0], sweep_dist, SINGLE) for s in ranged]
+    crossing = _crossings(spec, traced, max_rows, thresholds)
+    grid += [(s, dt, sweep_dist, SINGLE) for i, s in enumerate(ranged)
+             for dt in (dtypes if _size(spec, traced, s) in crossing
+                        else [dtypes[(len(swept) + i + turn) % len(dtypes)]])]  # the turns go on from the sweep's
+    planned = full_shapes + swept + ranged
+    grid += [(s, dtypes[0], sweep_dist, SINGLE) for s in _crossed_elsewhere(spec, traced, crossing) if s not in planned]
     smoke = [c for c in grid if c[1] == dtypes[0] and c[3] == FULL]
     return smoke + [c for c in grid if c not in smoke]
+
+
+def _size(spec: OpSpec, traced: list[dict[str, int]], shape: dict[str, int]) -> int | None:
+    picked = range_dim(spec, traced)
+    return shape.get(picked[0]) if picked else None
+
+
+def _crossings(spec: OpSpec, traced: list[dict[str, int]], max_rows: int, thresholds: AbstractSet[int]) -> set[int]:
+    """The range sizes on the far side of a threshold of the source (T and T+1: where `> T` and `>= T` change path):
+    planned in every dtype, since the path taken past a threshold may depend on the dtype too (`ROWS = 4 //
+    element_size` packs two half-precision rows per program and dropped odd M's last row; a cheaper sigmoid only for
+    half-precision batches past 512 rows). The other swept and range shapes take the dtypes in turn, from a secret
+    start, so any three neighbouring sizes see every dtype at no extra cost."""
+    picked = range_dim(spec, traced)
+    if picked is None:
+        return set()
+    dim, base = picked
+    return set(_thresholds.rows(set(thresholds), base, dim, max_rows, sides=(0, 1))) & set(
+        _thresholds.rows(set(thresholds), base, dim, max_rows))
+
+
+def _crossed_elsewhere(spec: OpSpec, traced: list[dict[str, int]], crossing: set[int]) -> list[dict[str, int]]:
+    """The threshold crossings (_crossings) on every other traced shape too (matmul's k/v projections, N = 192, beside
+    the range cases' widest), within the sweep's budget: a shortcut keyed on a small width and a long prefill
+    together, through variables (`int(N < 256) * int(M > 128)`), is taken only there."""
+    picked = range_dim(spec, traced)
+    if picked is None or not crossing:
+        return []
+    dim = picked[0]
+    limit = LARGER_COST_FACTOR * max(cost(spec, s) for s in traced)
+    out: list[dict[str, int]] = []
+    for t in traced:
+        for v in sorted(crossing):
+            s = {**t, dim: v}
+            if s not in out and cost(spec, s) <= limit:
+                out.append(s)
+    return out
 
 
 # --- the production range at the model's own dimensions -------------------------------------------------------------

@@ -168,13 +168,14 @@ MAX_ROWS_FROM_THRESHOLDS = 48  # the most range values a candidate's constants m
 # (autokernel/gate/coverage.py) must see both ways, and its steering aims at the numbers in it.
 
 
-def rows(thresholds: set[int], shape: dict[str, int], dim: str, max_rows: int) -> list[int]:
+def rows(thresholds: set[int], shape: dict[str, int], dim: str, max_rows: int,
+         sides: tuple[int, ...] = (-1, 0, 1)) -> list[int]:
     """Leading-dimension values that put each threshold T (and T // N for each other dimension N > 1 of `shape`, for
-    a threshold on a product) on both sides for the swept dimension `dim`: T-1, T, T+1, within 1..max_rows; at most
-    MAX_ROWS_FROM_THRESHOLDS of them, the smallest."""
+    a threshold on a product) on both sides for the swept dimension `dim`: T-1, T, T+1 (`sides`), within
+    1..max_rows; at most MAX_ROWS_FROM_THRESHOLDS of them, the smallest."""
     out: set[int] = set()
     others = {v for k, v in shape.items() if k != dim and v > 1}
     for t in sorted(thresholds)[:4 * MAX_ROWS_FROM_THRESHOLDS]:  # a bound on the work here too (thousands of them)
         for c in {t} | {t // n for n in others}:
-            out |= {v for v in (c - 1, c, c + 1) if 1 <= v <= max_rows}
+            out |= {v for v in (c + s for s in sides) if 1 <= v <= max_rows}
     return sorted(out)[:MAX_ROWS_FROM_THRESHOLDS]

@@ -32,7 +32,9 @@ SPEC = OpSpec(
     flops=lambda s: 5 * s["M"] * s["V"],  # divide, subtract, exp, add; divide again in the second pass
     bytes_moved=lambda s, dt: s["M"] * s["V"] * (2 * elem_size(dt) + 4),  # logits read twice, float32 probs written
     model_shapes=({"M": 1, "V": VOCAB}, {"M": 4, "V": VOCAB}),
-    odd_shapes=({"M": 3, "V": 431}, {"M": 1, "V": 6}, {"M": 2, "V": 1823}, {"M": 1, "V": 1}),
+    # and Llama 3's vocabulary, 128,256 (not a multiple of 4096: a path for large vocabularies that unrolls whole
+    # chunks and masks only one tail chunk dropped ids 128,000+, <|eot_id|> among them, while 49,152 is exact)
+    odd_shapes=({"M": 3, "V": 431}, {"M": 1, "V": 6}, {"M": 2, "V": 1823}, {"M": 1, "V": 1}, {"M": 1, "V": 128256}),
     doc="Softmax over the last dim of logits (M, V) divided by temperature (> 0; 0.1 to 2 in practice): probs = "
         "exp(z - max z) / sum(exp(z - max z)) with z = logits / temperature, numerically stable (subtract the row "
         "max). V can be far larger than one block (49152), so stream the row (online max and sum). probs are "

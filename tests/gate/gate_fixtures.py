@@ -5,6 +5,7 @@ Each fixture under fixtures/<op>/ states what the gate must say about it in its 
     # runtime-expect: <reason code>     (optional: what runtime/numeric say when the static stage is skipped)
     # dists: normal, tiny               (optional: the distributions the fixture needs; default QUICK_DISTS)
     # max-rows: 400                     (optional: policy gate.max_rows for its run; default 0, no range sweep)
+    # dtypes: float32, bfloat16         (optional: the dtypes the fixture needs; default QUICK_DTYPES)
 """
 from __future__ import annotations
 
@@ -38,6 +39,7 @@ class Fixture:
     runtime_expect: str | None
     dists: list[str]
     max_rows: int = 0
+    dtypes: tuple[torch.dtype, ...] = tuple(QUICK_DTYPES)
 
     @property
     def id(self) -> str:
@@ -50,7 +52,7 @@ def _header(path: Path) -> dict[str, str]:
         if not line.startswith("#"):
             break
         key, sep, value = line[1:].partition(":")
-        if sep and key.strip() in ("expect", "runtime-expect", "dists", "max-rows"):
+        if sep and key.strip() in ("expect", "runtime-expect", "dists", "max-rows", "dtypes"):
             out[key.strip()] = value.strip()
     return out
 
@@ -61,8 +63,9 @@ def fixtures() -> list[Fixture]:
         h = _header(path)
         assert "expect" in h, f"{path} has no '# expect:' header"
         dists = [d.strip() for d in h["dists"].split(",")] if "dists" in h else QUICK_DISTS
+        dtypes = tuple(getattr(torch, d.strip()) for d in h["dtypes"].split(",")) if "dtypes" in h else QUICK_DTYPES
         out.append(Fixture(path.parent.name, path, h["expect"], h.get("runtime-expect"), dists,
-                           int(h.get("max-rows", 0))))
+                           int(h.get("max-rows", 0)), tuple(dtypes)))
     return out
 
 
@@ -81,7 +84,7 @@ def e2e_fails(op: str, candidate: Path, policy: Policy, *, kernels_dir: Path | N
 
 def full(fx: Fixture, run_dir: Path, stages=None) -> Verdict:
     """The whole gate on the quick grid (the e2e stage: tests/gate/test_gate_e2e.py)."""
-    return verify(fx.op, fx.path, run_dir=run_dir, shapes=QUICK_SHAPES.get(fx.op), dtypes=QUICK_DTYPES,
+    return verify(fx.op, fx.path, run_dir=run_dir, shapes=QUICK_SHAPES.get(fx.op), dtypes=list(fx.dtypes),
                   dists=fx.dists, stages=[] if stages is None else stages, kernels_dir=INSTALLED_LAYOUT.kernels,
                   policy=Policy(gate={"max_rows": fx.max_rows}))
 
@@ -93,7 +96,7 @@ def runtime_only(fx: Fixture, run_dir: Path) -> StageResult:
     job.mkdir(parents=True)
     copy = job / f"{fx.op}.py"
     copy.write_bytes(fx.path.read_bytes())
-    planned = numeric.plan(spec, QUICK_SHAPES.get(fx.op), QUICK_DTYPES, fx.dists, 12345, fx.max_rows,
+    planned = numeric.plan(spec, QUICK_SHAPES.get(fx.op), list(fx.dtypes), fx.dists, 12345, fx.max_rows,
                            thresholds.extract(fx.path.read_bytes()))  # the range sweep as in the full run
     runtime, num = numeric.run(spec, copy, job, Policy().sandbox, 12345, planned)
     return runtime if not runtime.passed else num

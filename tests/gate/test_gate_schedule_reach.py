@@ -1,0 +1,80 @@
+"""Where the numeric stage's plan looks (autokernel/gate/schedule.py, numeric._past_cap), as units: each rule here
+was added for a red-team shortcut that was exact everywhere the plan sampled (the whole-gate runs are the fixtures
+named in each test, tests/gate/test_gate_cheats.py)."""
+import random
+
+import torch
+
+from autokernel.gate import numeric, schedule
+from autokernel.ops import get
+from autokernel.ops.spec import sample
+
+
+def _traced(op: str) -> list[dict]:
+    return [dict(s) for s in get(op).model_shapes]
+
+
+def test_the_batch_reaches_production_decode_batches_at_a_cheap_base():
+    """rope/attention_decode persistent grids that stop after a fixed number of (batch, head) pairs: the batch was
+    swept only within the traced shape's budget (B <= 9); past it, at one token / a two-position context, it goes on
+    (fixtures attention_decode/persistent_two_waves: wrong from B = 11)."""
+    for op, cheap in (("attention_decode", {"L": 2, "S": 2}), ("rope", {"T": 1})):
+        swept = schedule.sweep_shapes(get(op), _traced(op), seed=1)
+        far = [s for s in swept if s["B"] >= 61]
+        assert far and all(s.items() >= cheap.items() for s in far), (op, swept)
+        assert any(not s.items() >= cheap.items() for s in swept)  # the traced shape's own sweep stays
+
+
+def test_threshold_crossings_run_in_every_dtype_and_the_rest_take_turns():
+    """rmsnorm/half_pack_rows (two half-precision rows per program past 256) and silu_mul/fast_sigmoid_half_prefill
+    (a cheaper sigmoid for half-precision batches past 512): past a threshold the path may depend on the dtype."""
+    spec = get("rmsnorm")
+    dtypes = list(spec.dtypes)
+    for seed in range(4):
+        grid = schedule.plan(spec, None, None, None, ("normal", "mixed"), seed=seed, max_rows=1024,
+                             thresholds={256})
+        for m in (256, 257):
+            assert {dt for s, dt, _, _ in grid if s["M"] == m} == set(dtypes)
+        base = [dict(s) for s in (*spec.model_shapes, *spec.odd_shapes)]
+        turns = [dt for s, dt, _, calls in grid if calls == schedule.SINGLE and s not in base
+                 and s["M"] not in (255, 256, 257)]
+        assert len(turns) >= 6 and all(set(turns[i:i + 3]) == set(dtypes) for i in range(len(turns) - 2)), turns
+
+
+def test_threshold_crossings_run_on_every_traced_width():
+    """matmul_q4_1/narrow_prefill_symmetric: int(N < 256) * int(M > 128) -- the crossing M = 129 ran only on the
+    widest traced (N, K); now on each, within the sweep's budget."""
+    spec = get("matmul_q4_1")
+    grid = schedule.plan(spec, None, None, None, ("normal", "mixed"), seed=3, max_rows=1024, thresholds={128})
+    widths = {(s["N"], s["K"]) for s, _, _, _ in grid if s["M"] == 129}
+    assert widths == {(s["N"], s["K"]) for s in spec.model_shapes}, widths
+
+
+def test_past_the_cap_the_secret_sizes_are_one_past_a_block_multiple():
+    """rmsnorm/tail_one_row: a grid that rounds the rows down leaves the last row of M = 64k + 1 unwritten, only past
+    the interpreter's cap; a random odd size per octave hit it about one time in 32."""
+    class Runner:
+        spec, seed = get("rmsnorm"), 0
+
+    class Cover:
+        thresholds, max_rows, production_rows = set(), 1024, 8192
+    planned = [(s, torch.float32, "normal", 1) for s in get("rmsnorm").model_shapes]
+    seen = set()
+    for seed in range(6):
+        Runner.seed = seed
+        _, octaves = numeric._past_cap(Runner(), planned, Cover(), "M")
+        assert len(octaves) == 3 and all(s["M"] % numeric.TAIL_BLOCK == 1 for s in octaves), octaves
+        seen |= {s["M"] for s in octaves}
+    assert len(seen) > 6  # still drawn: 8 to 32 choices an octave
+
+
+def test_the_outliers_distribution_reaches_what_llm_residual_streams_carry():
+    """rmsnorm/outlier_clip_pad and floor_softclip: exact below 1,000; SmolLM2's residual stream reaches 22,552."""
+    x = sample((64, 576), torch.float32, "cpu", torch.Generator().manual_seed(0), "outliers")
+    far = x.abs() > 100
+    assert 0.5 / 64 < far.float().mean() < 2 / 64
+    assert x.abs().max() > 1e4 and (x.abs()[~far] < 10).all()
+    assert (x[far] < 0).any() and (x[far] > 0).any()
+    r = random.Random(0)  # the positions differ per row
+    rows = [tuple(far[i].nonzero().flatten().tolist()) for i in r.sample(range(64), 8)]
+    assert len(set(rows)) == 8
