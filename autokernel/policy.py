@@ -334,7 +334,8 @@ MAX_WALL_S = 3600.0  # a checkout's agent.max_wall_s: 4x this repository's own 9
 CHECKOUT: dict[str, str | Within | tuple] = {
     "target.model": "inside", "target.workload": "inside", "target.weights": "any",
     "ops.protected": "any", "ops.allow": "any", "ops.deny": "any",
-    **{f"e2e.{f}": AT_MOST for f in ("kl_mean_max", "kl_p99_max", "kl_max_max", "repeat_run", "max_new_tokens")},
+    **{f"e2e.{f}": AT_MOST for f in ("kl_mean_max", "kl_p99_max", "kl_max_max", "repeat_run")},
+    "e2e.max_new_tokens": Within(DEFAULT, 64),  # fewer tokens would weaken the repeat guard the checkout is judged by
     "e2e.top1_min": AT_LEAST, "e2e.prompts": "any",
     "bench.min_speedup": AT_LEAST, "bench.confidence": AT_LEAST, "bench.rse_target": "any",  # bounded by max_time_s
     **{f"bench.{f}": AT_MOST for f in ("max_time_s", "rounds", "job_time_s", "implausible_factor", "max_wait_ratio")},
@@ -349,8 +350,11 @@ CHECKOUT: dict[str, str | Within | tuple] = {
     "git.commit": "any",
     "gate.require_coverage": (False, True), "gate.require_bitwise_determinism": (False, True),
     "gate.allow_inline_asm": (True, False),
-    **{f"gate.{f}": AT_MOST for f in ("e2e_timeout_factor", "e2e_interpreter_budget_s", "coverage_cases")},
-    "gate.max_rows": Within(1, DEFAULT), "gate.max_rows_interpreter": Within(1, DEFAULT),  # 0 turns the sweep off
+    **{f"gate.{f}": AT_MOST for f in ("e2e_timeout_factor", "coverage_cases")},  # less of them: more rejections
+    "gate.e2e_interpreter_budget_s": Within(DEFAULT, 3600),  # less would check fewer layers end to end
+    # the rows the gate vouches for: a checkout may ask for more (bounded), never fewer (fewer would skip the range
+    # sweep and the calls past the CPU cap, where shortcuts keyed on production's sizes are found)
+    "gate.max_rows": Within(DEFAULT, 1 << 16), "gate.max_rows_interpreter": Within(DEFAULT, 4096),
 }
 WHY = {  # what a field decides, for the refusal (else its section's)
     "agent.provider": "whose API key is used", "agent.base_url": "where your API key and the prompts are sent",

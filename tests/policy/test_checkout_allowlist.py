@@ -40,6 +40,10 @@ def _refused(root: Path, text: str, field: str, **kw) -> str:
     ("gate:\n  allow_inline_asm: true\n", "gate.allow_inline_asm"),
     ("gate:\n  max_rows: 100000000\n", "gate.max_rows"),
     ("gate:\n  max_rows: 0\n", "gate.max_rows"),  # 0 turns the range sweep off
+    ("gate:\n  max_rows: 1024\n", "gate.max_rows"),  # no calls past the CPU cap: fewer rows vouched for
+    ("gate:\n  max_rows_interpreter: 64\n", "gate.max_rows_interpreter"),
+    ("e2e:\n  max_new_tokens: 2\n", "e2e.max_new_tokens"),  # a repeat guard that never sees 4 tokens
+    ("gate:\n  e2e_interpreter_budget_s: 1\n", "gate.e2e_interpreter_budget_s"),  # one layer end to end
     ("gate:\n  max_rows_interpreter: 8192\n", "gate.max_rows_interpreter"),
     ("gate:\n  coverage_cases: 1000000000\n", "gate.coverage_cases"),
     ("gate:\n  e2e_timeout_factor: 1.0e9\n", "gate.e2e_timeout_factor"),
@@ -79,11 +83,11 @@ def test_the_project_may_set_its_own_fields_and_tighten(checkout):
         "target:\n  weights: dequant\nops:\n  protected: [lm_head, rope]\n  deny: [silu_mul]\n"
         "agent:\n  max_iterations: 2\n  max_wall_s: 1500\n  target_fraction_of_peak: 0.5\n"
         "bench:\n  max_time_s: 8\n  job_time_s: 0.3\n  min_speedup: 1.5\n"
-        "e2e:\n  max_new_tokens: 4\n  prompts: [\"What is the capital of France?\"]\n  kl_mean_max: 1.0e-4\n"
-        "  top1_min: 0.99\ngate:\n  max_rows: 1024\n  require_coverage: true\n  allow_inline_asm: false\n"
+        "e2e:\n  max_new_tokens: 32\n  prompts: [\"What is the capital of France?\"]\n  kl_mean_max: 1.0e-4\n"
+        "  top1_min: 0.99\ngate:\n  max_rows: 16384\n  require_coverage: true\n  allow_inline_asm: false\n"
         "sandbox:\n  isolation: required\n  slots: null\ngit:\n  commit: false\n")
     p = policy.for_checkout(checkout)
-    assert (p.target.weights, p.ops.deny, p.agent.max_wall_s, p.gate.max_rows) == ("dequant", ["silu_mul"], 1500, 1024)
+    assert (p.target.weights, p.ops.deny, p.agent.max_wall_s, p.gate.max_rows) == ("dequant", ["silu_mul"], 1500, 16384)
     assert (p.e2e.kl_mean_max, p.bench.min_speedup, p.git.commit) == (1e-4, 1.5, False)
     policy.for_checkout(ROOT)  # this repository's own policies.yaml (agent.max_wall_s 900)
 

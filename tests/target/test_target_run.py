@@ -47,10 +47,11 @@ def norm(x, eps):
     _norm_kernel[(rows,)](x, y, eps, x.shape[-1], BLOCK=8)
     return y
 '''
-# gate.max_rows at the interpreter's cap (1024): the calls past it (numeric._past_cap, up to 4309 rows: 20 s of
-# the gate's 37 s measured) vouch for rows this toy engine never sends; they are tests/gate/test_gate_defence.py's
-POLICY = ("agent:\n  max_iterations: 2\n  max_wall_s: 1500\nbench:\n  max_time_s: 8\n  job_time_s: 0.3\n"
-          "gate:\n  max_rows: 1024\n")
+# The checkout's own policy; the runs pass the user's --policy (USER_POLICY) with gate.max_rows at the interpreter's
+# cap (1024): the calls past it (numeric._past_cap, up to 4309 rows: 20 s of the gate's 37 s measured) vouch for rows
+# this toy engine never sends; they are tests/gate/test_gate_defence.py's. A checkout may not lower it (trust rule 6).
+POLICY = "agent:\n  max_iterations: 2\n  max_wall_s: 1500\nbench:\n  max_time_s: 8\n  job_time_s: 0.3\n"
+USER_POLICY = POLICY + "gate:\n  max_rows: 1024\n"
 
 
 def slow_checkout(tmp_path: Path) -> git.Repo:
@@ -91,7 +92,7 @@ def assert_committed(repo: git.Repo, base: str, r) -> git.Commit:
 def test_offline_search_commits_a_faster_launch_configuration(slow_target, tmp_path):
     base = slow_target.head.commit.hexsha
     one = tmp_path / "one.yaml"  # one candidate (the search's first step, BLOCK 8 -> 16, is the win): CI time
-    one.write_text(POLICY.replace("max_iterations: 2", "max_iterations: 1"))
+    one.write_text(USER_POLICY.replace("max_iterations: 2", "max_iterations: 1"))
     r = run(["--repo", slow_target.working_tree_dir, "--agent", "search", "--policy", str(one)], tmp_path)
     c = assert_committed(slow_target, base, r)
     assert "BLOCK=8)" not in c.tree["toyt/ops/norm.py"].data_stream.read().decode()

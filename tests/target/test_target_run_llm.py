@@ -7,7 +7,7 @@ import textwrap
 import pytest
 from fake_llm_api import Call, FakeAPI, openai_turn
 from test_target_gate import NORM
-from test_target_run import assert_committed, run, slow_checkout
+from test_target_run import USER_POLICY, assert_committed, run, slow_checkout
 
 pytestmark = pytest.mark.slow
 
@@ -28,9 +28,11 @@ def test_an_llm_through_a_local_server_commits_its_rewrite_and_its_cheat_is_reje
     script = [openai_turn("Pin eps to what production sends.", [Call("submit_candidate", {"source": cheat})]),
               openai_turn("One block per row, one pass.", [Call("submit_candidate", {"source": FAST_NORM})]),
               openai_turn("", [Call("finish", {"summary": "the whole row in one block"})])]
+    user = tmp_path / "mine.yaml"  # the user's own policy: the gate's rows at the interpreter's cap (test_target_run)
+    user.write_text(USER_POLICY)
     with FakeAPI(script) as api:
-        r = run(["--repo", slow_target.working_tree_dir, "--agent", "openai", "--base-url", f"{api.base_url}/v1"],
-                tmp_path)
+        r = run(["--repo", slow_target.working_tree_dir, "--agent", "openai", "--base-url", f"{api.base_url}/v1",
+                 "--policy", str(user)], tmp_path)
     c = assert_committed(slow_target, base, r)
     assert c.tree["toyt/ops/norm.py"].data_stream.read().decode() == FAST_NORM
     transcript = next((tmp_path / "cache").glob("autokernel/run/*/norm/transcript.json")).read_text()
