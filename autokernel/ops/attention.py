@@ -65,17 +65,32 @@ def rounding(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_start: torch.
 
 
 def make_inputs(shape: Shape, dtype, device, gen, dist="normal"):
-    """q, k, v as the engine makes them: (B, T, H, D) projections viewed as (B, H, T, D), so not contiguous.
-    Row 0 is unpadded; the others are left-padded by up to half their length, the last by at least one."""
+    """q, k, v as the engine makes them: (B, T, H, D) projections viewed as (B, H, T, D), so not contiguous; left
+    padding as draw_padding makes it."""
     B, Hq, Hkv, T, D = shape["B"], shape["Hq"], shape["Hkv"], shape["T"], shape["D"]
     q = sample((B, T, Hq, D), dtype, device, gen, dist).transpose(1, 2)
     k = sample((B, T, Hkv, D), dtype, device, gen, dist).transpose(1, 2)
     v = sample((B, T, Hkv, D), dtype, device, gen, dist).transpose(1, 2)
-    kv_start = torch.randint(0, T // 2 + 1, (B,), generator=gen, dtype=torch.int32)
-    kv_start[0] = 0
-    if B > 1 and T > 1:
-        kv_start[-1] = max(int(kv_start[-1]), 1)
+    kv_start = draw_padding(B, T, gen, wholly=False)
     return {"q": q, "k": k, "v": v, "kv_start": kv_start.to(device), "scale": draw_scale(D, gen)}
+
+
+def draw_padding(B: int, L: int, gen: torch.Generator, wholly: bool) -> torch.Tensor:
+    """kv_start (B,) int32 of a left-padded batch of L positions, as a short prompt batched with a long one makes
+    it: one row unpadded (the longest prompt), one padded in all but its last position, one by at least one, the
+    others anywhere in [0, L); which row is which is drawn (a kernel that skipped the padding load for row 0, or
+    masked padding only in the first half of the context, was exact when row 0 was always the unpadded one and
+    padding stopped at half). With `wholly`, one case in two pads a row entirely (decode: its output is 0)."""
+    kv_start = torch.randint(0, L, (B,), generator=gen, dtype=torch.int32)
+    rows = torch.randperm(B, generator=gen).tolist()
+    kv_start[rows[0]] = 0
+    if B > 2:
+        kv_start[rows[1]] = L - 1
+    if B > 1 and L > 1:
+        kv_start[rows[-1]] = max(int(kv_start[rows[-1]]), 1)
+    if wholly and B > 1 and torch.rand((), generator=gen) < 0.5:
+        kv_start[rows[-1]] = L
+    return kv_start
 
 
 def shape_of(q, k, v, kv_start, scale) -> Shape:

@@ -2,7 +2,7 @@
 (SmolLM2-135M: 9 query heads share 3 kv heads, head dim 64)."""
 import torch
 
-from autokernel.ops.attention import draw_scale, softmax_rounding
+from autokernel.ops.attention import draw_padding, draw_scale, softmax_rounding
 from autokernel.ops.smollm2 import HEAD_DIM, N_HEAD, N_HEAD_KV
 from autokernel.ops.spec import OpSpec, Shape, elem_size, sample
 
@@ -33,10 +33,8 @@ def rounding(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, kv_s
 
 
 def make_inputs(shape: Shape, dtype, device, gen, dist="normal"):
-    """Caches hold `dist` values up to kv_len and stale large ones after it. Row 0 is unpadded (the longest prompt);
-    the others are left-padded anywhere in the filled length, as a short prompt batched with a long one is (a
-    kernel that masks padding only in the first half of the context was accepted when padding stopped there),
-    row 1 by all but the last key, the last by at least one, or (one case in two) wholly."""
+    """Caches hold `dist` values up to kv_len and stale large ones after it; left padding as
+    autokernel/ops/attention.py draw_padding makes it, one row wholly padded in one case in two."""
     B, Hq, Hkv, S, L, D = shape["B"], shape["Hq"], shape["Hkv"], shape["S"], shape["L"], shape["D"]
     assert 0 < L <= S, shape
     q = sample((B, Hq, D), dtype, device, gen, dist)
@@ -45,14 +43,7 @@ def make_inputs(shape: Shape, dtype, device, gen, dist="normal"):
         c = sample((B, Hkv, S, D), dtype, device, gen, dist)
         c[:, :, L:] = sample((B, Hkv, S - L, D), dtype, device, gen) + STALE
         caches.append(c)
-    kv_start = torch.randint(0, L, (B,), generator=gen, dtype=torch.int32)
-    kv_start[0] = 0
-    if B > 2:  # the heaviest pad that leaves a key: a mask that stops anywhere short of the last key shows here
-        kv_start[1] = L - 1
-    if B > 1 and L > 1:
-        kv_start[-1] = max(int(kv_start[-1]), 1)
-    if B > 1 and torch.rand((), generator=gen) < 0.5:  # a sequence all padding (output 0): drawn, so it is covered
-        kv_start[-1] = L
+    kv_start = draw_padding(B, L, gen, wholly=True)  # a sequence all padding (output 0): drawn, so it is covered
     return {"q": q, "k_cache": caches[0], "v_cache": caches[1], "kv_start": kv_start.to(device), "kv_len": L,
             "scale": draw_scale(D, gen)}
 
