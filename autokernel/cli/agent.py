@@ -19,7 +19,7 @@ def agent_command(op: str, agent: str | None = None, model: str | None = None, b
     from autokernel.agent.command import run_session
     layout = paths.target(repo)
     if policy is None:
-        policy = policy_mod.for_checkout(layout.root, flags=policy_mod.flags(agent, base_url))
+        policy = policy_mod.for_checkout(layout.root, flags=policy_mod.flags(agent, base_url, model=model))
     return 0 if run_session(op, agent, model, base_url, trace, run_dir, layout=layout, policy=policy, **kw).best else 1
 
 

@@ -62,7 +62,8 @@ def context(*, repo, policy_file, agent, base_url, cluster: str | None = None, *
     from autokernel.git import toplevel
     layout = paths.target(repo)
     toplevel(layout.root)  # not a git work tree: exit 2 now, not after the session
-    policy = policy_mod.for_checkout(layout.root, policy_file, flags=policy_mod.flags(agent, base_url, cluster))
+    policy = policy_mod.for_checkout(layout.root, policy_file,
+                                     flags=policy_mod.flags(agent, base_url, cluster, model=kw.get("model")))
     return run.context(layout=layout, policy=policy, agent=agent, base_url=base_url, cluster=cluster, **kw)
 
 
@@ -73,7 +74,7 @@ def _target_context(root: Path, agent, model, base_url, policy_file, yes: bool, 
     from autokernel.git import toplevel
     from autokernel.target import run as target_run
     toplevel(root)
-    pol = policy_mod.for_checkout(root, policy_file, flags=policy_mod.flags(agent, base_url, None))
+    pol = policy_mod.for_checkout(root, policy_file, flags=policy_mod.flags(agent, base_url, None, model=model))
     profile_pol = policy_mod.for_checkout(root, policy_file, uses=("sandbox", "ops"))
     return target_run.context(pol, profile_pol, agent, model, base_url, yes, console)
 

@@ -118,3 +118,23 @@ def test_policy_check_lists_what_a_checkout_may_not_set(tmp_path):
     assert r.returncode == 0 and "4 field(s) would be refused" in r.stdout, r.stdout + r.stderr
     for field in ("agent.top_k_ops", "sandbox.slots", "gate.allow_inline_asm", "gate.max_rows"):
         assert f"field '{field}': refused" in r.stdout
+
+
+def test_the_command_lines_model_makes_the_checkouts_moot(tmp_path):
+    """`--model` overrides a checkout's agent.model, as --agent and --base-url do theirs: `run` passed the flag to
+    the agent but not to the policy, so a checkout naming a model made `run --model X` exit 2 on agent.model."""
+    root = tmp_path / "co"
+    root.mkdir()
+    (root / "policies.yaml").write_text("agent:\n  model: o1-pro\n")
+    (root / "autokernel.toml").write_text('[engine]\nbuild = "toyt.engine:build"\n')  # a target checkout
+    for args in (["init", "-q"], ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "--allow-empty",
+                                   "-m", "x"]):
+        subprocess.run(["git", *args], cwd=root, check=True)
+    cli = Path(sys.executable).parent / "autokernel"
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "AUTOKERNEL_CONFIG": "", "OPENAI_API_KEY": "sk-test",
+           "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    r = subprocess.run([str(cli), "run", "--repo", str(root), "--agent", "openai", "--model", "gpt-test",
+                        "--base-url", "http://127.0.0.1:9/v1", "--yes"], capture_output=True, text=True, timeout=120,
+                       env=env)
+    said = r.stdout + r.stderr
+    assert r.returncode == 2 and "agent.model" not in said and "cannot reach" in said, said  # past the policy
