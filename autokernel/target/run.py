@@ -136,8 +136,8 @@ def prompt(root: Path, op: decl.Op, trace: dict) -> Prompt:
            "a tolerance derived per dtype from the reference's own rounding error at float64")
     what = "The reference (what the launcher must compute," if len(op.launchers) == 1 else \
         "The references (what each launcher must compute, all of them judged and timed,"
-    layouts = "\n".join(f"- {s.get('launcher')}({', '.join(str(a) for a in s.get('args', []))}): {s.get('calls')} "
-                        f"call(s)" for s in (entry.get("shapes") or [])[:12]) or "- (see the trace)"
+    layouts = "\n".join(f"- {s.get('launcher')}({_args(s.get('args'))}): {s.get('calls')} call(s)"
+                        for s in (entry.get("shapes") or [])[:12]) or "- (see the trace)"
     system = ("You make a Triton kernel file of an inference engine faster without changing what it computes. "
               "Every candidate is a complete replacement of the file; a gate judges it (static grammar relative to "
               "the file as it is, runtime checks, numerical equivalence against the project's torch reference on "
@@ -154,6 +154,11 @@ def prompt(root: Path, op: decl.Op, trace: dict) -> Prompt:
                else f"Outputs are judged within {tol}.\n")
             + "Read the kernel (read_kernel), submit candidates (submit_candidate), finish when done.")
     return Prompt(system=system, task=task, kernel=source, spec=task, context={"op": op.name, "file": op.file})
+
+
+def _args(args) -> str:
+    """A layout's arguments as the trace spells them: one string (discover.describe), or a list of them."""
+    return args if isinstance(args, str) else ", ".join(str(a) for a in args or [])
 
 
 def _roofline_line(entry: dict, trace: dict) -> str:
