@@ -29,7 +29,7 @@ import torch
 from autokernel import device, harness
 from autokernel.gate import coverage, coverage_steer, judge, schedule, thresholds
 from autokernel.gate.verdict import REASONS, StageResult
-from autokernel.ops.spec import DISTRIBUTIONS, OpSpec
+from autokernel.ops.spec import DISTRIBUTIONS, MIXED, OpSpec
 
 if TYPE_CHECKING:
     from autokernel.policy import Sandbox
@@ -86,7 +86,7 @@ def _inputs(spec: OpSpec, shape: dict, dtype: torch.dtype, dist: str, seed: int,
     if dist != "mixed":
         return spec.make_inputs(shape, dtype, dev, torch.Generator().manual_seed(seed), dist)
     parts = [spec.make_inputs(shape, dtype, dev, torch.Generator().manual_seed(_derive(seed, d)), d)
-             for d in DISTRIBUTIONS]
+             for d in MIXED]
     base = parts[0]
     pick = torch.Generator().manual_seed(_derive(seed, "pick"))
     for k, v in base.items():

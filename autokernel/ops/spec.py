@@ -17,6 +17,10 @@ DISTRIBUTIONS = ("normal", "wide", "near_constant", "sparse", "tiny", "outliers"
 # (log-uniform, random sign), the rest normal: a kernel that clips, drops or soft-saturates large values to save work
 # (a `where(|x| < 1000, x, 0)` in the sum of squares) is exact on every other distribution and wrong there.
 OUTLIER_EVERY, OUTLIER_EXP = 64, 4.5
+# The parts of the gate's "mixed" values (autokernel/gate/numeric.py): not "outliers", which would put a key of
+# |q.k| in the thousands in every attention row and make every softmax one-hot, so that the sweep and range cases
+# (all "mixed") would check attention's precision nowhere.
+MIXED = tuple(d for d in DISTRIBUTIONS if d != "outliers")
 MODEL_ROWS = (1, 4, 96)  # tokens in one call of a row-wise op: decode at batch 1 and 4, and a 96-token prefill
 
 

@@ -7,6 +7,7 @@ in another order, on such inputs. The rounding floor admits what float32 accumul
 and nothing a lower precision does."""
 from __future__ import annotations
 
+import functools
 import math
 
 import pytest
@@ -21,11 +22,28 @@ SPEC = get("attention_decode")
 ODD = SPEC.odd_shapes[0]  # B 3, Hq 6, Hkv 2, S 300, L 257, D 48
 
 
-def _case(dist: str, shape=ODD, seed: int = 3) -> dict:
-    """The inputs of one gate case (numeric.make_case: seed 3 is one where the bare rule failed the incumbent), at the
-    model's scale D ** -0.5 (the gate draws it per case since issue 25; that case was found at this one)."""
+def _case(dist: str, shape=ODD, seed: int | None = None) -> dict:
+    """The inputs of one gate case (numeric.make_case), at the model's scale D ** -0.5 (the gate draws it per case
+    since issue 25; the false rejection was found at this one). "mixed": the first seed whose case has the premise
+    of these tests, large logits on which the bare rule fails float32 attention summed in other orders
+    (_large_logits_seed: found, not fixed, since which seed has it depends on how the gate draws inputs and on this
+    machine's BLAS in _attend); other distributions: seed 3."""
+    if seed is None:
+        seed = _large_logits_seed() if dist == "mixed" else 3
     kw = numeric.make_case(SPEC, 0, (shape, torch.float32, dist, 1), seed).a
     return {**kw, "scale": kw["q"].shape[-1] ** -0.5}
+
+
+ORDERS = [{"log2": True}, {"perm": 1}, {"perm": 2}]
+
+
+@functools.cache
+def _large_logits_seed() -> int:
+    for seed in range(64):
+        kw = _case("mixed", seed=seed)
+        if not any(_verdict(_attend(kw, **how), kw, floors=False, accurate=True).ok for how in ORDERS):
+            return seed
+    raise AssertionError("no 'mixed' case in 64 on which the bare rule fails float32 attention in another order")
 
 
 def _attend(kw: dict, perm: int | None = None, log2: bool = False, p_dtype=None, qk_dtype=None) -> torch.Tensor:
@@ -60,7 +78,7 @@ def _verdict(out: torch.Tensor, kw: dict, floors: bool = True, accurate: bool = 
     return compare_outputs([out], r.ref64, eager, None, r.floors if floors else None)
 
 
-@pytest.mark.parametrize("how", [{"log2": True}, {"perm": 1}, {"perm": 2}], ids=str)
+@pytest.mark.parametrize("how", ORDERS, ids=str)
 def test_float32_attention_in_another_order_passes_on_large_logits(how):
     kw = _case("mixed")
     out = _attend(kw, **how)
