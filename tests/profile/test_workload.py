@@ -43,3 +43,14 @@ def test_malformed_workload_names_the_field(tmp_path, text, where):
 def test_missing_workload_file(tmp_path):
     with pytest.raises(UserError, match="no such workload file"):
         workload.load(tmp_path / "nope.yaml")
+
+
+@pytest.mark.parametrize("text", ["[" * 5000 + "]" * 5000, "a:\n" + "".join("  " * i + "- b:\n" for i in range(3000))])
+def test_a_deeply_nested_workload_is_one_line(tmp_path, text):
+    """A checkout's workload file (target.workload) is a config file someone else may have written: nesting past
+    Python's recursion limit is a one-line UserError (policy.parse_untrusted), not a RecursionError traceback."""
+    path = tmp_path / "w.yaml"
+    path.write_text(text)
+    with pytest.raises(UserError) as e:
+        workload.load(path)
+    assert str(e.value).startswith(f"{path}") and "not valid YAML" in str(e.value) and "\n" not in str(e.value)
