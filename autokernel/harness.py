@@ -85,6 +85,7 @@ class TargetKernel(TypedDict):
     launcher: str  # the launcher the gate calls
     outputs: list[int] | None  # which of its return values are compared (None: every tensor it returns)
     written: list[str]  # tensor parameters the launcher writes in place in production (Liger's rope: q, k)
+    inplace: list[str]  # a launcher returning no tensor (vLLM's silu_and_mul(out, x)): the written outputs
     preload: list[str]  # the modules the incumbent file imports: imported before the first snapshot
 
 

@@ -208,7 +208,7 @@ class _Case:
         slot = len(self.kept) if len(self.kept) < KEEP else _randbelow(self.seen)
         if slot >= KEEP:
             return
-        outs = selected_outputs(out, self.target)
+        outs = selected_outputs(out, self.target, self.buf)
         copies = [o.detach().to("cpu", copy=True) if type(o) is torch.Tensor else type(o).__name__ for o in outs]
         item: Kept = {"case": self.ci, "rep": rep, "outputs": copies}
         if slot == len(self.kept):
@@ -217,13 +217,16 @@ class _Case:
             self.kept[slot] = item
 
 
-def selected_outputs(out, target: harness.TargetKernel | dict | None) -> list:
+def selected_outputs(out, target: harness.TargetKernel | dict | None, kwargs: dict | None = None) -> list:
     """The call's outputs: what it returned, or for a target's launcher the declared return values, by default every
-    tensor it returned (as the gate's job selects them, autokernel/gate/child.py). One the call did not return is
+    tensor it returned (as the gate's job selects them, autokernel/gate/child.py); for one whose outputs are the
+    arguments it writes (`inplace`), those arguments (`kwargs`) after the call. One the call did not return is
     left out: the parent's count check then rejects the file."""
     outs = list(out) if isinstance(out, (tuple, list)) else [out]
     if target is None:
         return outs
+    if target.get("inplace"):
+        return [kwargs[k] for k in target["inplace"] if kwargs and k in kwargs]
     pick = target.get("outputs")
     if pick is None:
         return [o for o in outs if isinstance(o, torch.Tensor)]
@@ -281,14 +284,16 @@ def _target(payload: BenchPayload, target: harness.TargetKernel, inputs: Path, d
     (autokernel/gate/child.py): the interpreter layer installed, the incumbent's imports imported, the file executed
     under the checkout's module name (the checkout is on the job's path). The input sets come from the parent's
     files (the op's generator is built from the workload's records, in the parent). A case that names its launcher
-    (and that launcher's outputs: a target op with several launchers, autokernel/bench/rounds.py) is called
+    (and that launcher's outputs, or the arguments it writes: a target op with several launchers,
+    autokernel/bench/rounds.py) is called
     through it; else through target["launcher"]."""
     from autokernel import interp
     interp.install()  # third-party Triton under the CPU interpreter, before the checkout's modules bind names
     harness.preload(target.get("preload") or ())
     seed = int(payload["seed"])
     cases = [_Case(None, c, seed, ci, device, torch.load(inputs / POOL_FILE.format(ci), weights_only=True),
-                   {**target, "launcher": c["launcher"], "outputs": c.get("outputs")} if "launcher" in c else target)
+                   {**target, "launcher": c["launcher"], "outputs": c.get("outputs"),
+                    "inplace": c.get("inplace") or []} if "launcher" in c else target)
              for ci, c in enumerate(payload["cases"])]
     leaf = target["module"].rpartition(".")[2]
     return None, cases, inputs / f"{leaf}.py", target["module"], target["launcher"]

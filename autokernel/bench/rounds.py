@@ -204,7 +204,7 @@ def _job(op: str, f: Timed, rnd: Round, r: int, k: int, policy: Policy,
     if rnd.spec.extra.get("launchers"):  # a target op with several launchers: each case is called through its own
         for ci, c in enumerate(payload["cases"]):
             mine = rnd.spec_of(ci).extra["target"]
-            c.update(launcher=mine["launcher"], outputs=mine["outputs"])
+            c.update(launcher=mine["launcher"], outputs=mine["outputs"], inplace=mine.get("inplace") or [])
     name = f"round{r:02d}-{k}-{f.role}{'' if f.role == 'incumbent' else f.path.stem}-{secrets.token_hex(2)}"
     job_dir = root / name
     env = {**toolchain.cuda_env(), **JOB_ENV["cuda"]} if rnd.clock == CLOCK["cuda"] else JOB_ENV["cpu"]
@@ -213,7 +213,8 @@ def _job(op: str, f: Timed, rnd: Round, r: int, k: int, policy: Policy,
     target = rnd.spec.extra.get("target")
     if target is not None:  # a target checkout's file: under its module's name, the checkout on the job's path
         payload["target"] = {"module": target["module"], "launcher": target["launcher"], "outputs": target["outputs"],
-                             "written": target["written"], "preload": target["preload"]}
+                             "written": target["written"],
+                             "inplace": target.get("inplace") or [], "preload": target["preload"]}
         inputs = {Path(target["file"]).name: f.source, **rnd.target_inputs()}
         more = {"pythonpath": [Path(target["root"])]}
     return lockstep.Job(lambda: sandbox.run(ENTRY, payload, job_dir, policy.sandbox, inputs=inputs, env=env, **more),

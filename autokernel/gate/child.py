@@ -306,7 +306,7 @@ def _call(launcher, kwargs: dict, watch: AtenWatch, hook: LaunchHook, where: str
             raise Reject("runtime.out_of_bounds", f"the call wrote outside the memory of {what} (the guard bytes "
                                                   f"around it changed) ({where})")
     watch.fences = []
-    outs = _selected(res, target, where)
+    outs = _selected(res, target, where, kwargs)
     _check_outputs(outs, inputs, kept, where, {k: v for k, v in _tensors(kwargs).items() if k in written})
     for k, v in inputs.items():
         if not _equal(_storage_bytes(v), pristine[k]):
@@ -319,12 +319,15 @@ def _false_hint(where: str) -> Reject:
                                         f"or aligned accesses) where the interpreter ignores it ({where})")
 
 
-def _selected(res, target: dict | None, where: str) -> list:
+def _selected(res, target: dict | None, where: str, kwargs: dict | None = None) -> list:
     """The call's outputs: what it returned, or for a target's launcher the declared return values (default every
-    tensor it returned: Liger's launchers also return block sizes and views of their inputs)."""
+    tensor it returned: Liger's launchers also return block sizes and views of their inputs); for one that returns
+    no tensor in production (`inplace`: vLLM's silu_and_mul(out, x)), the arguments it writes, after the call."""
     outs = list(res) if isinstance(res, (tuple, list)) else [res]
     if target is None:
         return outs
+    if target.get("inplace"):
+        return [(kwargs or {})[k] for k in target["inplace"]]
     pick = target.get("outputs")
     if pick is None:
         return [o for o in outs if isinstance(o, torch.Tensor)]

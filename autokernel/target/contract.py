@@ -387,6 +387,9 @@ class ReferenceTable:
     def __init__(self, root: Path, reference: str, job_dir: Path, limits, tolerance: dict | None = None):
         self.root, self.reference, self.job_dir, self.limits = root, reference, job_dir, limits
         self.tolerance = tolerance
+        # the launcher returns no tensor: its outputs are these arguments (`inplace`); None: the end-to-end stage's
+        # calls, whose outputs are the arguments each call changed (autokernel/target/refjob.py)
+        self.inplace: list[str] | None = None
         self.table: dict[str, References] = {}
         self.jobs = 0
         self.seconds = 0.0
@@ -402,7 +405,8 @@ class ReferenceTable:
         if not todo:
             return
         inputs = {f"{key[:32]}.pt": kw for key, kw in todo.items()}
-        payload = {"root": str(self.root), "reference": self.reference, "sets": sorted(inputs)}
+        payload = {"root": str(self.root), "reference": self.reference, "sets": sorted(inputs),
+                   "inplace": None if self.inplace is None else list(self.inplace)}
         res = sandbox.run(refjob.references, payload, self.job_dir, self.limits, inputs=inputs,
                           pythonpath=[self.root])
         self.jobs += 1
@@ -509,6 +513,7 @@ def spec(op: decl.Op, calls: LauncherCalls, table: ReferenceTable, seed: int = 0
         raise ReferenceError(f"[ops.{op.name}]: the workload's calls of {calls.launcher} left no layout the gate can "
                              "make inputs in")
     _makeable(op, calls.launcher, lays)
+    table.inplace = inplace(op, calls)
     model = [{"M": m, "layout": i} for i, lay in enumerate(lays) for m in (lay.m or (0,))]
     odd = [{"M": m, "layout": i} for i, lay in enumerate(lays) if lay.m for m in ODD_M]
     columns = size_columns(op, lays)
@@ -528,6 +533,7 @@ def spec(op: decl.Op, calls: LauncherCalls, table: ReferenceTable, seed: int = 0
              "target": {"op": op.name, "file": op.file, "launcher": calls.launcher,
                         "outputs": op.outputs.get(calls.launcher),
                         "written": list(calls.written), "module": decl.module_of(op.file), "root": str(table.root),
+                        "inplace": list(table.inplace or ()),
                         "preload": imported(incumbent), "incumbent": incumbent},
              "layouts": lays}
     if op.tolerance:
@@ -536,6 +542,24 @@ def spec(op: decl.Op, calls: LauncherCalls, table: ReferenceTable, seed: int = 0
                   shape_of=shape_of_for(lays), flops=lambda s: 0, bytes_moved=bytes_for(lays, columns),
                   model_shapes=tuple(s for s in model if s["M"] or not lays[s["layout"]].m),
                   odd_shapes=tuple(odd), dtypes=dtypes, doc=doc, extra=extra)
+
+
+def inplace(op: decl.Op, calls: LauncherCalls) -> list[str]:
+    """The outputs of a launcher that returns no tensor (vLLM's `silu_and_mul(out, x) -> None`): the tensor
+    arguments its recorded calls wrote, in parameter order; [] for one that returns its outputs. ReferenceError for
+    such a launcher that wrote nothing (nothing to compare) or with declared `outputs` (no return value to pick)."""
+    if not calls.returns or any(d[0] == "tensor" for d in calls.returns):
+        return []
+    params = [n for n, _ in calls.signatures[0]] if calls.signatures else []
+    out = [n for n in params if n in calls.written]
+    if not out:
+        raise ReferenceError(f"{calls.launcher} returned no tensor and wrote none of its tensor arguments in the "
+                             "workload: the gate has no output to compare (declare the launcher that returns or "
+                             "writes the op's result)")
+    if op.outputs.get(calls.launcher) is not None:
+        raise ReferenceError(f"{calls.launcher} returns no tensor: its outputs are the arguments it writes in place "
+                             f"({', '.join(out)}); drop its `outputs`")
+    return out
 
 
 def _makeable(op: decl.Op, launcher: str, lays: list[Layout]) -> None:

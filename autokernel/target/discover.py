@@ -34,6 +34,7 @@ class Site:
     def_line: int
     lines: list[int]
     params: list[str]
+    plain: bool = True  # a module-level function of its file, undecorated: declarable (launches.NOT_PLAIN)
 
 
 @dataclass
@@ -119,9 +120,11 @@ def run(root: Path, build: str, policy, job_dir: Path, launchers: dict | None = 
     data = res.data
     if "failed" in data:
         stage, where = str(data.get("failed")), str(data.get("where") or "")
+        if stage == "launchers":  # the declaration names something the recorder cannot wrap (launches.NOT_PLAIN)
+            raise UserError(f"{decl.NAME} launchers: {str(data.get('detail'))[:1500]}; fix the declaration or the "
+                            f"engine and rerun (log: {log})")
         what = {"build": f"{build}() raised", "workload": f"{build}(): its workload() raised",
-                "logits": f"{build}(): its logits(ids) raised",
-                "launchers": "declaration: a launcher"}.get(stage, f"{build}()")
+                "logits": f"{build}(): its logits(ids) raised"}.get(stage, f"{build}()")
         raise UserError(f"engine {what}: {data.get('detail')}" + (f" (at {where})" if where else "")
                         + f"; fix the engine and rerun (log: {log})")
     shape = data.get("logits_shape")
@@ -226,7 +229,7 @@ def _site(s, lines, root: Path) -> Site | None:
         return None
     params = [p for p in params if isinstance(p, str) and IDENT.match(p)][:32] if isinstance(params, list) else []
     lines = [v for v in (lines if isinstance(lines, list) else [])[:8] if _int(v, 1)]
-    return Site(file, fn, _int(s.get("def_line"), 1) or 0, lines, params)
+    return Site(file, fn, _int(s.get("def_line"), 1) or 0, lines, params, s.get("plain") is not False)
 
 
 def _signature(sig) -> list[tuple] | None:

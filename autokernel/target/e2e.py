@@ -48,14 +48,14 @@ def engine_job(payload: dict, inputs) -> dict:
     prefixes, and generates freely too."""
     import torch
 
-    from autokernel import device, interp, kernel_loader
+    from autokernel import device, interp
     from autokernel.target import capture
     from autokernel.target.launches import _failed
     device.ensure_interpreter()
     interp.install()
     try:
         if payload.get("candidate"):
-            mod = kernel_loader.load_kernel("", Path(inputs) / payload["candidate"], None, payload["module"])
+            mod = capture.load_candidate(payload["module"], Path(inputs) / payload["candidate"])
         else:
             mod = importlib.import_module(payload["module"])
         cap = capture.install(mod, payload["launchers"], payload["outputs"], keep=bool(payload.get("candidate")))

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from autokernel.errors import UserError
 from autokernel.target import declaration as decl
-from autokernel.target import discover
+from autokernel.target import discover, launches
 
 HEADER = ("# autokernel target declaration (docs/targets.md). Written by `autokernel init`; fill in each op's\n"
           "# `reference` (a torch function with the launcher's signature), then check what it inferred.\n")
@@ -103,7 +103,11 @@ def render(ops: list[discover.FoundOp]) -> str:
             if x.signatures:
                 more = f" (1 of {len(x.signatures)} layouts)" if len(x.signatures) > 1 else ""
                 lines.append(f"#   arguments{more}: {discover.describe(x.signatures[0], 8)}")
-        launchers = op.launchers()
+        found = op.launchers()
+        launchers = [x for x in found if x.plain]
+        for site in found:
+            if not site.plain:  # the gate could not call it: say what to declare instead (launches.NOT_PLAIN)
+                lines.append(f"# {site.function} launches here but cannot be a launcher: {launches.NOT_PLAIN}")
         others = sorted({f"{x.site.file}:{x.site.function}" for x in op.launches
                          if x.site is not None and x.site.file != op.file})
         for o in others:

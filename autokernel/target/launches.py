@@ -18,9 +18,12 @@ import os
 import sys
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
+NOT_PLAIN = ("a launcher is a module-level `def` of the op's file, called with the engine's tensors and plain "
+             "values; a method (RMSNorm.forward) or a function a decorator replaced (torch.library.custom_op) is not "
+             "one: declare the plain function it calls, or move the kernel launch into one")
 MAX_SIGNATURES = 32  # distinct argument signatures kept per (kernel, site); more are counted, not listed
 MAX_GRIDS = 16
 MAX_GROUPS = 512  # distinct (kernel, site) pairs kept
@@ -81,9 +84,13 @@ class LaunchHook:
             if rel is not None:
                 code = frame.f_code
                 nparams = code.co_argcount + code.co_kwonlyargcount
-                return {"file": rel, "function": getattr(code, "co_qualname", code.co_name),
-                        "def_line": code.co_firstlineno, "line": frame.f_lineno,
-                        "params": list(code.co_varnames[:nparams])}
+                qualname = getattr(code, "co_qualname", code.co_name)
+                # a launcher the gate can call: the module's own name for this function (not a method, a nested
+                # function, or one a decorator such as torch.library.custom_op replaced in the module)
+                plain = qualname == code.co_name and getattr(frame.f_globals.get(code.co_name), "__code__", None) \
+                    is code
+                return {"file": rel, "function": qualname, "def_line": code.co_firstlineno, "line": frame.f_lineno,
+                        "params": list(code.co_varnames[:nparams]), "plain": plain}
             frame = frame.f_back
         return None
 
@@ -180,12 +187,13 @@ class LaunchHook:
 class LauncherRecorder:
     """The declared launchers' calls, recorded at the launcher's own boundary (what the gate replays): per launcher,
     each distinct argument layout (bound to its parameter names, defaults applied: tensors as dtype, shape, strides;
-    scalars and strings as values) with its call count, which tensor arguments a call wrote and returned (their bytes
-    changed and a returned tensor shares their storage: in-place outputs such as Liger's rope; an input written and
-    not returned is not one, so the gate holds it unchanged and the values left in it are never unchecked), and what
-    the first call returned. The launcher is wrapped in its own
-    module before the engine is built, so every later `from module import launcher` and every call through the
-    module's globals goes through the wrapper."""
+    scalars and strings as values) with its call count, which tensor arguments a call wrote in place (their bytes
+    changed, and a returned tensor shares their storage, as Liger's rope returns q and k, or the call returned no
+    tensor at all, as vLLM's `silu_and_mul(out, x)` and `fused_add_rms_norm(x, residual, weight, eps)`: then the
+    written inputs are the outputs; an input written beside returned outputs is not one, so the gate holds it
+    unchanged and the values left in it are never unchecked), and what the first call returned. The launcher is
+    wrapped in its own module, and wherever another module already bound it (`rebind`), before the engine is built,
+    so every call by name goes through the wrapper."""
 
     def __init__(self):
         self.active = False
@@ -193,16 +201,19 @@ class LauncherRecorder:
         self.stack: list[str] = []  # "file:launcher" of the declared launchers running now, innermost last
 
     def install(self, module_name: str, names: list[str], rel_file: str) -> list[str]:
-        """Wrap each of `names` in the module; the names that are not plain functions of it (reported, not wrapped)."""
+        """Wrap each of `names` in the module, and wherever else a module already bound it (`rebind`: a package
+        `__init__` that imports the model, whose `from .ops import f` ran before this); the names that are not
+        plain functions of it (reported, not wrapped)."""
         import types
         module = importlib.import_module(module_name)
-        missing = []
+        missing, swap = [], {}
         for name in names:
             fn = vars(module).get(name)
             if not isinstance(fn, types.FunctionType):
                 missing.append(name)
                 continue
-            setattr(module, name, self.wrap(fn, rel_file, name))
+            swap[id(fn)] = (fn, self.wrap(fn, rel_file, name))
+        rebind(swap)
         return missing
 
     def wrap(self, fn, rel_file: str, name: str):
@@ -238,11 +249,12 @@ class LauncherRecorder:
             elif len(g["signatures"]) < MAX_SIGNATURES:
                 g["signatures"].append(layout)
                 g["signature_calls"].append(1)
-            returned = {v.untyped_storage().data_ptr() for v in (out if isinstance(out, (tuple, list)) else (out,))
-                        if _is_tensor(v)}
-            for k, b in before.items():  # an in-place output: written AND returned (itself or a view of it)
-                if k not in g["written"] and named[k].untyped_storage().data_ptr() in returned and \
-                        not bool((_bytes(named[k]) == b).all()):
+            outs = out if isinstance(out, (tuple, list)) else (out,)
+            returned = {v.untyped_storage().data_ptr() for v in outs if _is_tensor(v)}
+            for k, b in before.items():  # an in-place output: written AND returned, or written by a call that
+                # returns no tensor (vLLM's silu_and_mul(out, x) -> None): its written inputs are its outputs
+                if k not in g["written"] and (not returned or named[k].untyped_storage().data_ptr() in returned) \
+                        and not bool((_bytes(named[k]) == b).all()):
                     g["written"].append(k)
             if g["returns"] is None:
                 g["returns"] = [_describe(v) for v in (out if isinstance(out, (tuple, list)) else (out,))][:16]
@@ -257,6 +269,33 @@ class LauncherRecorder:
             g["signatures"] = [[list(kv) for kv in sig] for sig in g["signatures"]]
             out.append(g)
         return out
+
+
+def rebind(swap: Mapping[int, tuple[object, object]]) -> int:
+    """Point every module-level name bound to an old object at its new one (swap: id(old) -> (old, new)), in every
+    module of sys.modules, and the attributes of the classes a module outside installed packages defines: an
+    engine whose package `__init__` imported the model before a launcher was wrapped (or a candidate loaded) holds
+    the old function in its own globals (`from .layers.rotary import rotary_embedding`), which no setattr on the
+    launcher's module reaches. Returns how many bindings changed."""
+    n = 0
+    for mod in list(sys.modules.values()):
+        try:
+            d = vars(mod)
+        except TypeError:
+            continue
+        own = not installed(str(d.get("__file__") or ""))
+        for k, v in list(d.items()):
+            new = swap.get(id(v))
+            if new is not None and new[0] is v:
+                d[k] = new[1]
+                n += 1
+            elif own and isinstance(v, type) and v.__module__ == d.get("__name__"):
+                for ck, cv in list(vars(v).items()):
+                    new = swap.get(id(cv))
+                    if new is not None and new[0] is cv:
+                        setattr(v, ck, new[1])
+                        n += 1
+    return n
 
 
 def _is_tensor(v) -> bool:
@@ -311,7 +350,8 @@ def discover(payload: dict, inputs: Path) -> dict:
         missing = [f"{m}:{name}" for m, (names, rel) in (payload.get("launchers") or {}).items()
                    for name in recorder.install(m, names, rel)]
         if missing:
-            return {"failed": "launchers", "detail": f"{missing[0]} is not a function of its module", "where": ""}
+            return {"failed": "launchers", "detail": f"{', '.join(missing[:8])}: not a plain function of its module "
+                    f"({NOT_PLAIN})", "where": ""}
         engine = getattr(importlib.import_module(module), fn)()
     except BaseException as e:  # noqa: BLE001 -- the engine's own error is the user's to fix: reported as data
         return _failed("build", root, e)

@@ -12,16 +12,27 @@ import importlib
 import io
 from pathlib import Path
 
+import torch
 
-def _outs(r) -> list:
-    return list(r) if isinstance(r, (tuple, list)) else [r]
+
+def _outs(r, kw: dict, before: dict, inplace: list[str] | None) -> list:
+    """What the reference returned; for a launcher whose outputs are the arguments it writes (`inplace`) and a
+    reference that returns no tensor (vLLM's forward_native writing `out`), those arguments after it ran (inplace
+    None: the end-to-end stage's calls, judged without the workload's records: the arguments it changed, in
+    parameter order, as autokernel/target/capture.py takes the candidate's)."""
+    outs = list(r) if isinstance(r, (tuple, list)) else [r]
+    if any(isinstance(o, torch.Tensor) for o in outs):
+        return outs
+    if inplace is None:
+        from autokernel.target.capture import _same
+        inplace = [k for k, v in kw.items() if isinstance(v, torch.Tensor) and not _same(v, before[k])]
+    return [kw[k] for k in inplace if isinstance(kw.get(k), torch.Tensor)] or outs
 
 
 def references(payload: dict, inputs) -> dict:
-    """payload {"root": checkout, "reference": "module:function", "sets": [file names in `inputs`]} ->
+    """payload {"root": checkout, "reference": "module:function", "sets": [file names in `inputs`], "inplace":
+    [parameters that are the outputs of a launcher returning no tensor] or None (infer: `_outs`)} ->
     {"sets": {name: bytes}} or {"failed": "reference", "detail", "where"}."""
-    import torch
-
     from autokernel.ops.spec import upcast
     module, _, fn = payload["reference"].partition(":")
     out = {}
@@ -29,8 +40,13 @@ def references(payload: dict, inputs) -> dict:
         ref = getattr(importlib.import_module(module), fn)
         for name in payload["sets"]:
             kw = torch.load(Path(inputs) / name, weights_only=True)
-            ref64 = _outs(ref(**upcast(kw)))
-            eager = _outs(ref(**{k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in kw.items()}))
+            inplace = payload.get("inplace")
+            kw64 = upcast(kw)
+            before = {k: v.clone() for k, v in kw64.items() if isinstance(v, torch.Tensor)}
+            ref64 = _outs(ref(**kw64), kw64, before, inplace)
+            kw_eager = {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in kw.items()}
+            before = {k: v.clone() for k, v in kw_eager.items() if isinstance(v, torch.Tensor)}
+            eager = _outs(ref(**kw_eager), kw_eager, before, inplace)
             buf = io.BytesIO()
             torch.save({"ref64": [t.detach().contiguous() for t in ref64 if isinstance(t, torch.Tensor)]
                         if all(isinstance(t, torch.Tensor) for t in ref64) else [],

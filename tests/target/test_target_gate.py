@@ -292,8 +292,9 @@ def test_the_checkouts_code_never_sees_the_users_secrets(tmp_path, monkeypatch):
 
 
 def test_an_input_written_but_not_returned_is_held_unchanged(tmp_path):
-    """In-place outputs are the inputs a launcher writes AND returns (Liger's rope returns q and k): an input it
-    writes and does not return would hold values nobody checks, so the gate holds it unchanged, even for the
+    """In-place outputs of a launcher that returns tensors are the inputs it writes AND returns (Liger's rope returns
+    q and k; one returning no tensor: tests/target/test_target_inplace.py): an input it writes and does not return
+    would hold values nobody checks, so the gate holds it unchanged, even for the
     incumbent (numeric.input_mutated names it); the user makes the launcher return it, or stop writing it."""
     clobber = NORM.replace("    y = torch.empty_like(x)\n", "    y = torch.empty_like(x)\n    scratch = x\n") \
         .replace("_norm_kernel[(rows,)](x, y, eps,", "_norm_kernel[(rows,)](scratch, y, eps,") \
