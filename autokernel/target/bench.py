@@ -22,8 +22,8 @@ What differs from autokernel's own ops is where the op's description comes from,
   the value sets whose outputs were kept (contract.ReferenceTable); no checkout code runs in this process.
 - The gate's static stage, relative to the incumbent, refuses before anything runs (exit 1, nothing timed).
 Bad input (exit 2, one line): an undeclared op, a missing candidate, a "TODO" reference, a launcher the workload
-never calls, a case past MAX_CASE_BYTES (trust rule 7: the records come from the checkout). Nothing is written into
-the checkout: run directories go to the user's cache.
+never calls, a case past contract.MAX_CASE_BYTES (trust rule 7: the records come from the checkout). Nothing is
+written into the checkout: run directories go to the user's cache.
 """
 from __future__ import annotations
 
@@ -36,8 +36,6 @@ from autokernel import paths, sandbox
 from autokernel.errors import UserError
 from autokernel.target import contract, discover
 from autokernel.target import declaration as decl
-
-MAX_CASE_BYTES = contract.MAX_CASE_BYTES
 
 
 def cases(spec, calls: discover.LauncherCalls) -> list[dict]:
@@ -52,12 +50,7 @@ def cases(spec, calls: discover.LauncherCalls) -> list[dict]:
     out = []
     for i, lay in enumerate(lays):
         for m in lay.m or (0,):
-            shape = {"M": m, "layout": i}
-            size = spec.bytes_moved(shape, lay.dtype)
-            if size > MAX_CASE_BYTES:
-                raise UserError(f"[ops.{spec.extra['target']['op']}]: a recorded layout at M={m} has {size} bytes of "
-                                f"launcher arguments, more than the bench makes ({MAX_CASE_BYTES}); profile a "
-                                "smaller workload")
+            shape = {"M": m, "layout": i}  # each within contract.MAX_CASE_BYTES: contract.spec refused it otherwise
             out.append({"shape": shape, "calls": weight.get((i, m), 1), "dtype": str(lay.dtype).removeprefix("torch.")})
     return out
 
