@@ -224,8 +224,10 @@ def _check_import(node: ast.Import | ast.ImportFrom, facts: Facts) -> None:
         return
     mod = node.module or ""
     if node.level:
-        facts.add("static.forbidden_import", node, f"relative import 'from {'.' * node.level}{mod}': a candidate is "
-                                                   "one self-contained file")
+        where = f"relative import 'from {'.' * node.level}{mod} import {', '.join(a.name for a in node.names)}'"
+        facts.add("static.forbidden_import", node, f"{where}: a candidate may import only what the incumbent file "
+                                                   "imports, statement for statement" if facts.relative else
+                                                   f"{where}: a candidate is one self-contained file")
         return
     names = A.FROM_IMPORTS.get(mod)
     if names is None:

@@ -158,6 +158,12 @@ def test_static_is_relative_to_the_incumbent(root, tmp_path):
     imports = candidate(tmp_path, "import torch\n", "import os\nimport torch\n")
     r = static.check_source(imports.read_bytes(), "norm", inc, relative=True)
     assert not r.passed and r.reason == "static.forbidden_import", r.detail
+    # a relative import the incumbent does not make as is: the message says what is allowed (not "one
+    # self-contained file", which a project's kernel importing its own helpers is not)
+    more = candidate(tmp_path, "import torch\n", "import torch\nfrom .utils import silu, tanh\n")
+    r = static.check_source(more.read_bytes(), "norm", inc, relative=True)
+    assert r.reason == "static.forbidden_import" and "only what the incumbent file imports" in r.detail, r.detail
+    assert "from .utils import silu, tanh" in r.detail
 
 
 def test_layouts_find_the_token_dimension():
