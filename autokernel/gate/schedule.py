@@ -240,7 +240,7 @@ def plan(spec: OpSpec, shapes: list[dict] | None, dtypes: list[torch.dtype] | No
     ranged = [s for s in range_shapes(spec, traced, seed, max_rows, thresholds) if s not in full_shapes + swept]
     modeled = model_dims_shape(spec, traced, seed, max_rows)
     ranged += [modeled] if modeled and modeled not in full_shapes + swept + ranged else []
-    crossing = _crossings(spec, traced, max_rows, thresholds)
+    crossing = _crossings(spec, traced, max_rows, thresholds, seed)
     grid += [(s, dt, sweep_dist, SINGLE) for i, s in enumerate(ranged)
              for dt in (dtypes if _size(spec, traced, s) in crossing
                         else [dtypes[(len(swept) + i + turn) % len(dtypes)]])]  # the turns go on from the sweep's
@@ -255,18 +255,25 @@ def _size(spec: OpSpec, traced: list[dict[str, int]], shape: dict[str, int]) -> 
     return shape.get(picked[0]) if picked else None
 
 
-def _crossings(spec: OpSpec, traced: list[dict[str, int]], max_rows: int, thresholds: AbstractSet[int]) -> set[int]:
+MAX_CROSSINGS = 16  # crossing sizes planned in every dtype and on every traced shape: bounded work, whatever the source
+
+
+def _crossings(spec: OpSpec, traced: list[dict[str, int]], max_rows: int, thresholds: AbstractSet[int],
+               seed: int) -> set[int]:
     """The range sizes on the far side of a threshold of the source (T and T+1: where `> T` and `>= T` change path):
     planned in every dtype, since the path taken past a threshold may depend on the dtype too (`ROWS = 4 //
     element_size` packs two half-precision rows per program and dropped odd M's last row; a cheaper sigmoid only for
-    half-precision batches past 512 rows). The other swept and range shapes take the dtypes in turn, from a secret
-    start, so any three neighbouring sizes see every dtype at no extra cost."""
+    half-precision batches past 512 rows). At most MAX_CROSSINGS of them, drawn with the secret seed where the
+    source has more (a file of constants must not multiply the plan, nor choose which crossings are kept). The other
+    swept and range shapes take the dtypes in turn, from a secret start, so any three neighbouring sizes see every
+    dtype at no extra cost."""
     picked = range_dim(spec, traced)
     if picked is None:
         return set()
     dim, base = picked
-    return set(_thresholds.rows(set(thresholds), base, dim, max_rows, sides=(0, 1))) & set(
-        _thresholds.rows(set(thresholds), base, dim, max_rows))
+    far = sorted(set(_thresholds.rows(set(thresholds), base, dim, max_rows, sides=(0, 1))) & set(
+        _thresholds.rows(set(thresholds), base, dim, max_rows)))
+    return set(random.Random(derive(seed, "crossings")).sample(far, min(len(far), MAX_CROSSINGS)))
 
 
 def _crossed_elsewhere(spec: OpSpec, traced: list[dict[str, int]], crossing: set[int]) -> list[dict[str, int]]:

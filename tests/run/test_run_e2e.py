@@ -25,13 +25,13 @@ bench:
   max_time_s: 8
   job_time_s: 0.3
 e2e:
-  max_new_tokens: 4
   prompts: ["What is the capital of France?"]
-gate:
-  max_rows: 1024
 """
+# The checkout's own policies.yaml is POLICY; the run passes the user's --policy, USER_POLICY, which also has
 # gate.max_rows at the interpreter's cap (1024): the CPU sweep a user's run makes, without the calls past it
 # (numeric._reach: up to 30 interpreter seconds of rmsnorm at 1.5k-8k rows, each gate; tests/gate/test_gate_defence.py)
+# and 4 greedy tokens end to end. A checkout may not lower either (autokernel.policy.CHECKOUT: trust rule 6).
+USER_POLICY = POLICY.replace("e2e:\n", "e2e:\n  max_new_tokens: 4\n") + "gate:\n  max_rows: 1024\n"
 
 
 @pytest.fixture
@@ -84,10 +84,12 @@ def test_openai_agent_against_a_local_server_commits_the_win(slow_clone, tmp_pat
               openai_turn("", [Call("finish", {"summary": "One program per row with the whole row in one block: "
                                                           "a single pass for the sum of squares and the store."})])]
     trace = write_trace(tmp_path / "trace-e2e")
+    user = tmp_path / "mine.yaml"
+    user.write_text(USER_POLICY)
     with FakeAPI(script) as api:
         r, wall = run_cli(["run", "--agent", "openai", "--base-url", f"{api.base_url}/v1", "--op", "rmsnorm",
-                           "--yes", "--repo", slow_clone.working_tree_dir, "--trace", str(trace)],
-                          slow_clone.working_tree_dir, tmp_path)
+                           "--yes", "--repo", slow_clone.working_tree_dir, "--trace", str(trace), "--policy",
+                           str(user)], slow_clone.working_tree_dir, tmp_path)
     c = assert_committed(slow_clone, base, r)
     assert "One block per row" in c.message and "single pass" in c.message  # the model's rationale, fenced
     assert slow_clone.head.commit.hexsha == base and not slow_clone.is_dirty(untracked_files=False)
