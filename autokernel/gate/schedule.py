@@ -240,25 +240,22 @@ def plan(spec: OpSpec, shapes: list[dict] | None, dtypes: list[torch.dtype] | No
     ranged = [s for s in range_shapes(spec, traced, seed, max_rows, thresholds) if s not in full_shapes + swept]
     modeled = model_dims_shape(spec, traced, seed, max_rows)
     ranged += [modeled] if modeled and modeled not in full_shapes + swept + ranged else []
-    crossing = _crossings(spec, traced, max_rows, thresholds, seed)
+    picked = range_dim(spec, traced)
+    crossing = _crossings(picked, max_rows, thresholds, seed)
     grid += [(s, dt, sweep_dist, SINGLE) for i, s in enumerate(ranged)
-             for dt in (dtypes if _size(spec, traced, s) in crossing
+             for dt in (dtypes if picked and s.get(picked[0]) in crossing
                         else [dtypes[(len(swept) + i + turn) % len(dtypes)]])]  # the turns go on from the sweep's
     planned = full_shapes + swept + ranged
-    grid += [(s, dtypes[0], sweep_dist, SINGLE) for s in _crossed_elsewhere(spec, traced, crossing) if s not in planned]
+    grid += [(s, dtypes[0], sweep_dist, SINGLE) for s in _crossed_elsewhere(spec, traced, picked, crossing)
+             if s not in planned]
     smoke = [c for c in grid if c[1] == dtypes[0] and c[3] == FULL]
     return smoke + [c for c in grid if c not in smoke]
-
-
-def _size(spec: OpSpec, traced: list[dict[str, int]], shape: dict[str, int]) -> int | None:
-    picked = range_dim(spec, traced)
-    return shape.get(picked[0]) if picked else None
 
 
 MAX_CROSSINGS = 16  # crossing sizes planned in every dtype and on every traced shape: bounded work, whatever the source
 
 
-def _crossings(spec: OpSpec, traced: list[dict[str, int]], max_rows: int, thresholds: AbstractSet[int],
+def _crossings(picked: tuple[str, dict[str, int]] | None, max_rows: int, thresholds: AbstractSet[int],
                seed: int) -> set[int]:
     """The range sizes on the far side of a threshold of the source (T and T+1: where `> T` and `>= T` change path):
     planned in every dtype, since the path taken past a threshold may depend on the dtype too (`ROWS = 4 //
@@ -266,8 +263,7 @@ def _crossings(spec: OpSpec, traced: list[dict[str, int]], max_rows: int, thresh
     half-precision batches past 512 rows). At most MAX_CROSSINGS of them, drawn with the secret seed where the
     source has more (a file of constants must not multiply the plan, nor choose which crossings are kept). The other
     swept and range shapes take the dtypes in turn, from a secret start, so any three neighbouring sizes see every
-    dtype at no extra cost."""
-    picked = range_dim(spec, traced)
+    dtype at no extra cost. `picked`: range_dim's (dimension, base)."""
     if picked is None:
         return set()
     dim, base = picked
@@ -276,11 +272,11 @@ def _crossings(spec: OpSpec, traced: list[dict[str, int]], max_rows: int, thresh
     return set(random.Random(derive(seed, "crossings")).sample(far, min(len(far), MAX_CROSSINGS)))
 
 
-def _crossed_elsewhere(spec: OpSpec, traced: list[dict[str, int]], crossing: set[int]) -> list[dict[str, int]]:
+def _crossed_elsewhere(spec: OpSpec, traced: list[dict[str, int]], picked: tuple[str, dict[str, int]] | None,
+                       crossing: set[int]) -> list[dict[str, int]]:
     """The threshold crossings (_crossings) on every other traced shape too (matmul's k/v projections, N = 192, beside
     the range cases' widest), within the sweep's budget: a shortcut keyed on a small width and a long prefill
     together, through variables (`int(N < 256) * int(M > 128)`), is taken only there."""
-    picked = range_dim(spec, traced)
     if picked is None or not crossing:
         return []
     dim = picked[0]

@@ -39,13 +39,6 @@ def _copy(x, device: str | None = None):
     return x
 
 
-def _same(a, b) -> bool:
-    """Equal bytes (a written element changes them, NaN or not)."""
-    import torch
-    x, y = a.detach().reshape(-1).contiguous(), b.detach().reshape(-1).contiguous()
-    return torch.equal(x.view(torch.uint8), y.view(torch.uint8))
-
-
 def _plain(v) -> bool:
     import torch
     return isinstance(v, (torch.Tensor, torch.dtype)) or type(v) in PLAIN
@@ -91,8 +84,9 @@ class Capture:
 
         from autokernel.bench.job import selected_outputs
         from autokernel.gate.e2e_child import _nbytes
+        from autokernel.target.launches import same_bytes  # what the recorder calls written
         outs = out if isinstance(out, (tuple, list)) else (out,)
-        written = [k for k, v in live.items() if isinstance(v, torch.Tensor) and not _same(v, before[k])]
+        written = [k for k, v in live.items() if isinstance(v, torch.Tensor) and not same_bytes(v, before[k])]
         inplace = written if self.outputs.get(name) is None and not any(isinstance(o, torch.Tensor) for o in outs) \
             else []  # a launcher returning no tensor (silu_and_mul(out, x)): what it wrote is what it computed
         chosen = selected_outputs(out, {"outputs": self.outputs.get(name), "inplace": inplace}, live)

@@ -309,6 +309,13 @@ def _bytes(t):
     return flat.contiguous().view(torch.uint8) if flat.dtype != torch.bool else flat.clone()
 
 
+def same_bytes(a, b) -> bool:
+    """Whether a call left a tensor as it was (_bytes equal): what the recorder, the e2e capture and the reference's
+    job each call written."""
+    import torch
+    return torch.equal(_bytes(a), _bytes(b))
+
+
 def _where(root: str) -> str:
     """The innermost frame of the current exception that is in the checkout: "file:line" (or "")."""
     tb = sys.exc_info()[2]

@@ -24,8 +24,8 @@ def _outs(r, kw: dict, before: dict, inplace: list[str] | None) -> list:
     if any(isinstance(o, torch.Tensor) for o in outs):
         return outs
     if inplace is None:
-        from autokernel.target.capture import _same
-        inplace = [k for k, v in kw.items() if isinstance(v, torch.Tensor) and not _same(v, before[k])]
+        from autokernel.target.launches import same_bytes
+        inplace = [k for k, v in kw.items() if isinstance(v, torch.Tensor) and not same_bytes(v, before[k])]
     return [kw[k] for k in inplace if isinstance(kw.get(k), torch.Tensor)] or outs
 
 
