@@ -11,7 +11,8 @@ State and sampling must not pay (docs/shortcuts.md, "memoising", "phase detectio
   production can send: a kernel is vouched for up to there, not past it), one secret prime just under each power of
   2 and a secret non-block-multiple just under max_rows, plus T-1, T, T+1 for every integer threshold T the
   candidate's source compares against (autokernel/gate/thresholds.py). These ignore the cost bound: a shortcut taken
-  only past M = 3000 is exactly what a cost-bounded sweep never reaches. One call each, "mixed", first dtype.
+  only past M = 3000 is exactly what a cost-bounded sweep never reaches. One call each, "mixed", the dtypes in turn
+  (crossings in every dtype); the top size and every crossing once more with production-like "outliers" values.
 - The model's own dimensions in range. Range cases hold the other dimensions small (one batch row, one group of 3
   query heads, a 4,099-row table); one more case puts them at the model's own values (the traced batch, heads and kv
   heads, vocabulary) at the largest leading size that costs at most MODEL_DIMS_COST_FACTOR times the top range case
@@ -248,8 +249,25 @@ def plan(spec: OpSpec, shapes: list[dict] | None, dtypes: list[torch.dtype] | No
     planned = full_shapes + swept + ranged
     grid += [(s, dtypes[0], sweep_dist, SINGLE) for s in _crossed_elsewhere(spec, traced, picked, crossing)
              if s not in planned]
+    grid += _far_outliers(spec, picked, crossing, ranged, modeled, dtypes, dists)
     smoke = [c for c in grid if c[1] == dtypes[0] and c[3] == FULL]
     return smoke + [c for c in grid if c not in smoke]
+
+
+def _far_outliers(spec: OpSpec, picked: tuple[str, dict[str, int]] | None, crossing: set[int], ranged: list[dict],
+                  modeled: dict[str, int] | None, dtypes: list[torch.dtype], dists: list[str]) -> list[tuple]:
+    """Production's data where production's sizes are: the "outliers" distribution (not a part of "mixed", see
+    autokernel/ops/spec.py) on the far side of every threshold crossing and at the top of the range, in every dtype,
+    and at the model's own dimensions in the first. The traced and odd shapes have it already; a clip of large values
+    taken only past a size (`if M > 512:` around a `where(|x| < 1000, x, 0)`, its false side seen only in padding
+    lanes) was exact on every other case. At most (MAX_CROSSINGS + 1) x dtypes + 1 calls."""
+    if "outliers" not in dists or picked is None or not ranged:
+        return []
+    dim, base = picked
+    top = max(ranged, key=lambda s: s.get(dim, 0))
+    far = [_at(spec, dim, base, v) for v in sorted(crossing)] + [top]
+    out = [(s, dt, "outliers", SINGLE) for i, s in enumerate(far) if s not in far[:i] for dt in dtypes]
+    return out + ([(modeled, dtypes[0], "outliers", SINGLE)] if modeled and modeled not in far else [])
 
 
 MAX_CROSSINGS = 16  # crossing sizes planned in every dtype and on every traced shape: bounded work, whatever the source
