@@ -45,8 +45,9 @@ def _plain(v) -> bool:
 
 
 class Capture:
-    def __init__(self, outputs: dict[str, list[int] | None], keep: bool = True):
-        self.outputs = outputs  # launcher -> compared return values (None: every tensor returned)
+    def __init__(self, outputs: dict[str, list[int] | list[str] | None], keep: bool = True):
+        # launcher -> compared return values (None: every tensor returned), or the written arguments compared
+        self.outputs = outputs
         self.keep = keep  # False: count the calls only (the baseline's job)
         self.kept: list[list] = []  # [launcher, kwargs before the call, selected outputs after it]
         self.calls: dict[str, int] = {}
@@ -87,16 +88,20 @@ class Capture:
         from autokernel.target.launches import same_bytes  # what the recorder calls written
         outs = out if isinstance(out, (tuple, list)) else (out,)
         written = [k for k, v in live.items() if isinstance(v, torch.Tensor) and not same_bytes(v, before[k])]
-        inplace = written if self.outputs.get(name) is None and not any(isinstance(o, torch.Tensor) for o in outs) \
-            else []  # a launcher returning no tensor (silu_and_mul(out, x)): what it wrote is what it computed
-        chosen = selected_outputs(out, {"outputs": self.outputs.get(name), "inplace": inplace}, live)
+        declared = self.outputs.get(name)
+        if declared and isinstance(declared[0], str):  # the written arguments that are its result; the rest scratch
+            inplace, declared = [k for k in live if k in declared], None
+        else:  # a launcher returning no tensor (silu_and_mul(out, x)): what it wrote is what it computed
+            inplace = written if declared is None and not any(isinstance(o, torch.Tensor) for o in outs) else []
+        chosen = selected_outputs(out, {"outputs": declared, "inplace": inplace}, live)
         before = {k: _copy(v, "cpu") for k, v in before.items()}
         after = [_copy(o, "cpu") for o in chosen]
         self.bytes += _nbytes(list(before.values())) + _nbytes(after)
         self.kept.append([name, before, after])
 
 
-def install(module, launchers: list[str], outputs: dict[str, list[int] | None], keep: bool = True) -> Capture:
+def install(module, launchers: list[str], outputs: dict[str, list[int] | list[str] | None],
+            keep: bool = True) -> Capture:
     """Wrap each launcher (a function of `module`, or `Class.method`) in one Capture; a static method stays one. A
     function of the module is also replaced wherever another module already bound it (launches.rebind: a package
     `__init__` that imported the model before this ran)."""

@@ -531,7 +531,7 @@ def spec(op: decl.Op, calls: LauncherCalls, table: ReferenceTable, seed: int = 0
     extra = {"references": table, "prepare": table.prepare, "constrain": constrain_for(op.inputs),
              "range_dim": "M", "range_base": {}, "sweep": ("M",),
              "target": {"op": op.name, "file": op.file, "launcher": calls.launcher,
-                        "outputs": op.outputs.get(calls.launcher),
+                        "outputs": decl.indices(op.outputs.get(calls.launcher)),
                         "written": list(calls.written), "module": decl.module_of(op.file), "root": str(table.root),
                         "inplace": list(table.inplace or ()),
                         "preload": imported(incumbent), "incumbent": incumbent},
@@ -546,9 +546,16 @@ def spec(op: decl.Op, calls: LauncherCalls, table: ReferenceTable, seed: int = 0
 
 def inplace(op: decl.Op, calls: LauncherCalls) -> list[str]:
     """The outputs of a launcher that returns no tensor (vLLM's `silu_and_mul(out, x) -> None`): the tensor
-    arguments its recorded calls wrote, in parameter order; [] for one that returns its outputs. ReferenceError for
-    such a launcher that wrote nothing (nothing to compare) or with declared `outputs` (no return value to pick)."""
+    arguments its recorded calls wrote, in parameter order, or those of them its `outputs` names (the others are
+    scratch it may write as it likes: a split-KV decode's partial results); [] for one that returns its outputs.
+    ReferenceError for such a launcher that wrote nothing (nothing to compare), `outputs` as indices for it (no
+    return value to pick) or naming an argument it did not write, and `outputs` as names for one that returns."""
+    declared = op.outputs.get(calls.launcher)
+    names = decl.named(declared)
     if not calls.returns or any(d[0] == "tensor" for d in calls.returns):
+        if names:
+            raise ReferenceError(f"{calls.launcher} returns tensors: its `outputs` are indices into what it returns "
+                                 f"(names, {names}, are for a launcher that returns none)")
         return []
     params = [n for n, _ in calls.signatures[0]] if calls.signatures else []
     out = [n for n in params if n in calls.written]
@@ -556,9 +563,16 @@ def inplace(op: decl.Op, calls: LauncherCalls) -> list[str]:
         raise ReferenceError(f"{calls.launcher} returned no tensor and wrote none of its tensor arguments in the "
                              "workload: the gate has no output to compare (declare the launcher that returns or "
                              "writes the op's result)")
-    if op.outputs.get(calls.launcher) is not None:
+    if declared is not None and not names:
         raise ReferenceError(f"{calls.launcher} returns no tensor: its outputs are the arguments it writes in place "
-                             f"({', '.join(out)}); drop its `outputs`")
+                             f"({', '.join(out)}); drop its `outputs`, or name those that are its result "
+                             f"(outputs = [\"{out[0]}\"]; the others are then scratch)")
+    if names:
+        unwritten = [n for n in names if n not in out]
+        if unwritten:
+            raise ReferenceError(f"{calls.launcher}'s outputs name {', '.join(unwritten)}, which its calls in the "
+                                 f"workload never wrote (it wrote {', '.join(out)})")
+        return [n for n in params if n in names]
     return out
 
 

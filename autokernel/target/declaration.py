@@ -8,6 +8,8 @@
     launchers = ["rms_norm_forward"]           # functions of that file the engine calls (the public signature)
     reference = "llama_liger.reference:rms_norm_forward"   # torch, with the launcher's signature ("TODO": not yet)
     outputs = [0, 2]                           # optional: which return values are compared (default: all tensors)
+    # a launcher that returns no tensor (vLLM's decode_attention_fwd(q, k, v, o, ..., attn_logits, ...)) names the
+    # written arguments that are its result: outputs = ["o"]; the others it writes are scratch, never compared
     # an op whose file has several launchers the engine calls declares each, with one reference (and outputs) per
     # launcher: reference = { fwd = "pkg.ref:fwd", bwd = "pkg.ref:bwd" }, outputs = { fwd = [0] }; the gate
     # judges every one of them (a candidate for the file replaces them all)
@@ -76,7 +78,8 @@ class Op:
     file: str  # relative to the checkout
     launchers: list[str]
     references: dict[str, str]  # launcher -> "module:function" or TODO, one per launcher
-    outputs: dict[str, list[int]] = field(default_factory=dict)  # launcher -> compared return values (else all)
+    # launcher -> compared return values (else all), or for one returning no tensor the written arguments compared
+    outputs: dict[str, list[int] | list[str]] = field(default_factory=dict)
     tolerance: dict[str, float] | None = None
     protected: bool = False
     inputs: dict[str, dict[str, Any]] = field(default_factory=dict)  # parameter -> {repeat | low | high | common}
@@ -261,10 +264,27 @@ def _reference(root: Path):
     return check
 
 
-def _outputs(value, where: str) -> list[int]:
+def _outputs(value, where: str) -> list[int] | list[str]:
+    """Indices into the launcher's return values, or for a launcher returning no tensor the names of the arguments it
+    writes that are its result (the others it writes are scratch: autokernel/target/contract.py `inplace`)."""
+    if isinstance(value, list) and value and len(value) <= 64 and all(
+            isinstance(i, str) and QUALNAME.match(i) and "." not in i for i in value):
+        return list(dict.fromkeys(value))
     if not (isinstance(value, list) and value and all(type(i) is int and 0 <= i < 64 for i in value)):
-        raise UserError(f"{where}: a list of indices into the launcher's return values {HELP}")
+        raise UserError(f"{where}: a list of indices into the launcher's return values, or of the names of the "
+                        f"arguments it writes for a launcher that returns none {HELP}")
     return list(value)
+
+
+def indices(outputs: list[int] | list[str] | None) -> list[int] | None:
+    """Declared `outputs` as indices into the return values; None where every returned tensor is compared or the
+    outputs are written arguments (`named`)."""
+    return None if outputs is None or named(outputs) else [int(i) for i in outputs]
+
+
+def named(outputs: list[int] | list[str] | None) -> list[str] | None:
+    """Declared `outputs` as the written arguments compared (a launcher that returns no tensor); else None."""
+    return [str(i) for i in outputs] if outputs and isinstance(outputs[0], str) else None
 
 
 def _inputs(value, where: str) -> dict[str, dict]:

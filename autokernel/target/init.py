@@ -124,7 +124,8 @@ def render(ops: list[discover.FoundOp]) -> str:
                          f"signature {sig}")
         else:
             lines.append(f"reference = {decl.quote(decl.TODO)}  # \"module:function\": torch, with the signature {sig}")
-        lines.append("# outputs = [0]  # which return values the gate compares (default: every tensor returned)")
+        lines.append("# outputs = [0]  # which return values the gate compares (default: every tensor returned); for a "
+                     "launcher returning None, the written arguments that are its result: [\"out\"]")
         lines.append("# tolerance = { atol = 1e-5, rtol = 1e-5 }  # optional: replaces the derived tolerance")
         lines.append("# work = { flops = \"...\", bytes = \"...\" }  # optional: one call's, over its arguments "
                      "(X.numel, X.nbytes, X.shape[i]): rank by roofline headroom")
