@@ -1,6 +1,7 @@
 """policies.yaml: what the loop may touch and how it judges. Every default is declared here, once."""
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 from typing import Any, Callable, Iterable, Literal, NamedTuple, Optional
@@ -12,7 +13,7 @@ from autokernel.errors import UserError
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, allow_inf_nan=False)
     _origin: dict[str, str] = PrivateAttr(default_factory=dict)
     """Where a field outside the checkout's allowlist (CHECKOUT) got its value (for_checkout), e.g. the user config's
     path: warnings name it."""
@@ -390,6 +391,8 @@ def _weaker(rule, value, default) -> str | None:
     only."""
     if rule == "any":
         return None
+    if isinstance(value, float) and not math.isfinite(value):  # NaN compares false with every bound
+        return "to a number that is not finite"
     if isinstance(rule, Within):
         lo, hi = (default if b == DEFAULT else b for b in rule)
         if value is None or lo is None and hi is None:

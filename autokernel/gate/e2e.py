@@ -69,11 +69,28 @@ def _others(kernels_dir: Path, skip: str | None = None) -> dict[str, str]:
     return {o: str(f) for o, f in files.items() if f.is_file()}
 
 
+_DIGESTS: dict[tuple, str] = {}  # (path, size, mtime, ctime, inode) -> the file's sha256, for this process
+
+
+def _digest(model: Path) -> str:
+    """The model file's content hash: the cached baseline is keyed on what the file holds, not on its path and size
+    (a checkout's model file, replaced by another of the same size at the same path, reused the first's baseline)."""
+    st = model.stat()
+    key = (str(model), st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)  # ctime: no one sets it back
+    if key not in _DIGESTS:
+        h = hashlib.sha256()
+        with open(model, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 22), b""):
+                h.update(chunk)
+        _DIGESTS[key] = h.hexdigest()
+    return _DIGESTS[key]
+
+
 def _key(policy: Policy, kernels_dir: Path) -> str:
     from autokernel.engine.gguf_model import embedded_model_path
     model = Path(policy.target.model) if policy.target.model else embedded_model_path()
     h = hashlib.sha256()
-    h.update(json.dumps(["decode-v4", str(model), model.stat().st_size, policy.target.weights, policy.e2e.prompts,
+    h.update(json.dumps(["decode-v4", _digest(model), policy.target.weights, policy.e2e.prompts,
                          policy.e2e.max_new_tokens, backend(), device.kind()]).encode())
     if backend() == "triton":  # on CPU the baseline engine runs no kernel file (module docstring)
         for f in sorted(Path(kernels_dir).glob("*.py")):
@@ -454,10 +471,10 @@ def _judge(d, runs: list[tuple[int, int]], m: dict, e, floor: dict) -> StageResu
     if not all(map(torch.isfinite, (torch.tensor(d.kl_mean), torch.tensor(d.kl_max)))):
         return StageResult.fail("e2e", "e2e.kl_exceeded", "non-finite KL: the candidate engine produced NaN/Inf", **m)
     for stat, limit in (("kl_mean", e.kl_mean_max), ("kl_p99", e.kl_p99_max), ("kl_max", e.kl_max_max)):
-        if m[stat] > limit:
+        if not m[stat] <= limit:  # written to fail on NaN too
             return StageResult.fail("e2e", "e2e.kl_exceeded", f"{stat} {m[stat]:.3g} nats > policy {limit:g} "
                                     f"(noise floor {floor[stat]:.2g})", **m)
-    if d.top1 < e.top1_min:
+    if not d.top1 >= e.top1_min:
         return StageResult.fail("e2e", "e2e.top1", f"top-1 agreement {d.top1:.3f} < policy {e.top1_min}", **m)
     for i, (b, c) in enumerate(runs):
         if c >= e.repeat_run and b < e.repeat_run:

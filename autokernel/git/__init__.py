@@ -165,10 +165,47 @@ def toplevel(path: str | Path) -> Path:
         raise UserError(f"{path}: no such directory")
     try:
         root = Path(git(path, "rev-parse", "--show-toplevel"))
+        mine = Path(git(path, "rev-parse", "--absolute-git-dir")).resolve()
     except DeliveryError:
         raise UserError(f"{path}: not inside a git repository (pass --repo PATH to a clone)") from None
+    try:  # core.worktree in the checkout's config names any directory as its work tree: that directory's own
+        theirs = Path(git(root, "rev-parse", "--absolute-git-dir")).resolve()  # repository would take our branch
+    except DeliveryError:
+        theirs = None
+    if theirs != mine or not Path(path).resolve().is_relative_to(root.resolve()):
+        raise UserError(f"{path}: its git config names {line(str(root), 200)} as its work tree (core.worktree), "
+                        "whose repository is not the checkout's; autokernel commits only into the checkout's own "
+                        "repository (unset core.worktree)")
     _own_git_dir(root)
+    _no_links(mine, Path(git(root, "rev-parse", "--path-format=absolute", "--git-common-dir")).resolve())
     return root
+
+
+MAX_GIT_ENTRIES = 1_000_000  # a .git walked for links: past this many entries it is refused, not walked forever
+
+
+def _no_links(*git_dirs: Path) -> None:
+    """UserError if a repository directory holds a symbolic link (hooks aside: autokernel runs none): git follows
+    them when it writes a ref, a reflog line or a loose object, so a handed-over .git with `refs/heads/autokernel`
+    or a reflog linked to ~/.bashrc made our delivery create or append to files outside the checkout. Loose object
+    files are never rewritten (git skips an object it has), so only their directories are looked at."""
+    seen = 0
+    for top in dict.fromkeys(git_dirs):
+        for here, dirs, files in os.walk(top):
+            rel = Path(here).relative_to(top)
+            if rel.parts[:1] == ("hooks",):
+                dirs[:] = []
+                continue
+            names = dirs + ([] if rel.parts[:1] == ("objects",) and len(rel.parts) == 2 else files)
+            seen += len(names)
+            if seen > MAX_GIT_ENTRIES:
+                raise UserError(f"{top}: more than {MAX_GIT_ENTRIES} entries to check for links; pack the "
+                                "repository (git gc) or clone it")
+            link = next((n for n in names if os.path.islink(os.path.join(here, n))), None)
+            if link is not None:
+                raise UserError(f"{top}: {line(str(rel / link), 200)} is a symbolic link, which would lead "
+                                "autokernel's writes (a branch, a reflog line) outside the repository; clone the "
+                                "checkout (git clone PATH) and point autokernel at the clone")
 
 
 def _own_git_dir(root: Path) -> None:

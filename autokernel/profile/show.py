@@ -21,27 +21,37 @@ def pct(x: float | None, digits: int = 1) -> str:
     return "—" if x is None else f"{100 * x:.{digits}f}%"
 
 
+def num(x: object, spec: str = "", default: str = "?") -> str:
+    """A trace's number formatted with `spec`; `default` for anything else (a trace may be a checkout's file: a
+    string where a number belongs is shown as unknown, never a traceback, never as markup)."""
+    return format(x, spec) if type(x) in (int, float) else default
+
+
 def print_rank(t: Trace, ranked, top: int | None = None) -> None:
     from rich.table import Table
+
+    from autokernel.untrusted import markup as m  # every string of a trace: it may be a checkout's committed file
     out = console()
     timing, totals, roof = t.get("timing", {}), t.get("totals", {}), t.get("roofline", {})
     wl = t.get("workload", {})
-    out.print(f"[bold]{t.get('run_id')}[/] · {t.get('kernels')} kernels, {t.get('weights')} weights · workload "
-                  f"{wl.get('name')} ({wl.get('sha256', '')[:12]}) · {totals.get('calls')} op calls")
-    out.print(f"timing: [bold yellow]{timing.get('label')}[/] — {timing.get('note')}")
+    out.print(f"[bold]{m(t.get('run_id'))}[/] · {m(t.get('kernels'))} kernels, {m(t.get('weights'))} weights · "
+              f"workload {m(wl.get('name'))} ({m(str(wl.get('sha256', ''))[:12])}) · {num(totals.get('calls'))} op "
+              "calls")
+    out.print(f"timing: [bold yellow]{m(timing.get('label'))}[/] — {m(timing.get('note'))}")
     if timing.get("extrapolated_calls"):
-        out.print(f"        {timing['timed_calls']} calls timed, {timing['extrapolated_calls']} charged their "
-                      f"shape's mean")
+        out.print(f"        {num(timing.get('timed_calls'))} calls timed, {num(timing['extrapolated_calls'])} charged "
+                  "their shape's mean")
     gf = (roof.get("gflops") or {})
-    flops = ", ".join(f"{k} {v:.0f} GFLOP/s" for k, v in gf.items() if k in ("float32", "bfloat16")
+    flops = ", ".join(f"{m(k)} {num(v, '.0f')} GFLOP/s" for k, v in gf.items() if k in ("float32", "bfloat16")
                       and (k == "float32" or v != gf.get("float32")))
-    out.print(f"roofline: {roof.get('gbps') or 0:.0f} GB/s, {flops} — {roof.get('source')}; {roof.get('note')}")
-    tps = totals.get("decode_tokens_per_s")
-    out.print(f"end to end: {totals.get('e2e_ms', 0):.0f} ms = ops {totals.get('total_op_ms', 0):.0f} ms + "
-                  f"outside ops {totals.get('non_op_ms', 0):.0f} ms · {totals.get('prefill_tokens')} prefill + "
-                  f"{totals.get('decode_tokens')} decode tokens"
-                  + (f", decode {tps:.3g} tok/s ({totals.get('decode_tokens_per_s_basis')})" if tps else "")
-                  + f" · this run's wall {totals.get('wall_ms', 0) / 1e3:.1f} s")
+    out.print(f"roofline: {num(roof.get('gbps') or 0, '.0f')} GB/s, {flops} — {m(roof.get('source'))}; "
+              f"{m(roof.get('note'))}")
+    tps, wall = totals.get("decode_tokens_per_s"), totals.get("wall_ms", 0)
+    out.print(f"end to end: {num(totals.get('e2e_ms', 0), '.0f')} ms = ops {num(totals.get('total_op_ms', 0), '.0f')} "
+              f"ms + outside ops {num(totals.get('non_op_ms', 0), '.0f')} ms · {num(totals.get('prefill_tokens'))} "
+              f"prefill + {num(totals.get('decode_tokens'))} decode tokens"
+              + (f", decode {num(tps, '.3g')} tok/s ({m(totals.get('decode_tokens_per_s_basis'))})" if tps else "")
+              + f" · this run's wall {num(wall / 1e3 if type(wall) in (int, float) else None, '.1f')} s")
     table = Table(show_lines=False)
     columns: list[tuple[str, JustifyMethod]] = [
         ("#", "right"), ("op", "left"), ("calls", "right"), ("total ms", "right"), ("share", "right"),
@@ -52,17 +62,17 @@ def print_rank(t: Trace, ranked, top: int | None = None) -> None:
     shown = ranked if top is None else ranked[:top]
     n = 0
     for r in shown:
-        mark = "" if r.status == "target" else f" [dim]({r.status})[/]"
+        mark = "" if r.status == "target" else f" [dim]({m(r.status)})[/]"
         n += r.status == "target"
         peak = r.pct_peak_gflops if r.bound == "compute" else r.pct_peak_gbps
-        table.add_row(str(n) if r.status == "target" else "—", r.op + mark, str(r.calls), f"{r.total_ms:.1f}",
-                      pct(r.share), f"{r.gbps:.3g}", f"{r.gflops:.3g}",
-                      "—" if peak is None else f"{peak:.2g}%", r.bound or "—", pct(r.headroom),
+        table.add_row(str(n) if r.status == "target" else "—", m(r.op) + mark, num(r.calls), num(r.total_ms, ".1f"),
+                      pct(r.share), num(r.gbps, ".3g"), num(r.gflops, ".3g"),
+                      "—" if peak is None else f"{peak:.2g}%", m(r.bound or "—"), pct(r.headroom),
                       pct(r.gain), "—" if r.e2e_speedup is None else f"{r.e2e_speedup:.2f}",
                       style=None if r.status == "target" else "dim")
     out.print(table)
     if top is not None and len(ranked) > top:
-        out.print(f"[dim]… {len(ranked) - top} more: autokernel rank {t['_path']}[/]")
+        out.print(f"[dim]… {len(ranked) - top} more: autokernel rank {m(t['_path'])}[/]")
     out.print("[dim]share: of op time · gain: share of end-to-end time a roofline kernel would save · e2e ×: "
                   "Amdahl speedup if the op reached its roofline · protected/denied ops are listed, never targets[/]")
 

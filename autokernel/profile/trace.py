@@ -32,6 +32,7 @@ from autokernel import device
 from autokernel import ops as opspecs
 from autokernel.errors import UserError
 from autokernel.profile.recorder import Call
+from autokernel.untrusted import plain
 
 SCHEMA = 1
 TRACES = Path("traces")
@@ -169,6 +170,24 @@ def latest(root: Path = TRACES) -> Path:
     return runs[-1].parent
 
 
+MAX_DEPTH = 32  # a summary nests ~6 levels; a committed trace is the checkout's data (a nesting bomb is bad input)
+
+
+def _clean(value, depth: int = 0):
+    """The JSON with every string (keys too) cut to printable text (autokernel/untrusted.py `plain`): a trace may
+    be a checkout's committed file, and every reader shows its names and notes (a terminal escape in a run id
+    retitled the terminal and cleared the screen under `rank`)."""
+    if depth > MAX_DEPTH:
+        raise RecursionError
+    if isinstance(value, str):
+        return plain(value)
+    if isinstance(value, list):
+        return [_clean(v, depth + 1) for v in value]
+    if isinstance(value, dict):
+        return {plain(k): _clean(v, depth + 1) for k, v in value.items()}
+    return value
+
+
 def load_trace(path: str | Path, check_device: bool = True) -> Trace:
     """A trace's summary from its run directory or its summary.json. Refuses other schemas (a file without one is
     schema 1, as hand-written shape lists are) and, unless told otherwise, traces taken on another kind of device
@@ -178,9 +197,11 @@ def load_trace(path: str | Path, check_device: bool = True) -> Trace:
     if not file.is_file():
         raise UserError(f"{path}: no such trace (expected a traces/<run-id>/ directory or its summary.json)")
     try:
-        trace = json.loads(file.read_text())
+        trace = _clean(json.loads(file.read_text()))
     except (ValueError, UnicodeDecodeError) as e:
         raise UserError(f"{file}: not a valid trace: not JSON ({e})") from None
+    except RecursionError:
+        raise UserError(f"{file}: not a valid trace: nested deeper than {MAX_DEPTH} levels") from None
     except OSError as e:
         raise UserError(f"{file}: cannot read the trace ({e.strerror})") from None
     if not isinstance(trace, dict) or not isinstance(trace.get("ops"), dict):

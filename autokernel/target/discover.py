@@ -141,7 +141,9 @@ def run(root: Path, build: str, policy, job_dir: Path, launchers: dict | None = 
     pinned = {k: v for k, v in (data.get("pinned") or {}).items() if IDENT.match(str(k)) and type(v) is int}
     calls = [c for c in (_launcher_calls(g, root) for g in (data.get("launcher_calls") or [])[:MAX_LAUNCHES])
              if c is not None]
-    return Discovery(build, found, group(found), timings, data.get("interpreted") is True, pinned, res.isolation,
+    # how the kernels ran is the parent's own knowledge (the job's environment above), never the job's claim: the
+    # checkout's code can rewrite any object of the job (a forged False labelled CPU interpreter times as CUDA's)
+    return Discovery(build, found, group(found), timings, "TRITON_INTERPRET" in env, pinned, res.isolation,
                      job_dir, calls)
 
 

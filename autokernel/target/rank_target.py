@@ -94,15 +94,21 @@ def print_rank(t: dict, ranked: list[dict]) -> None:
     from rich.table import Table
 
     from autokernel.profile.show import console as _console
+    from autokernel.profile.show import num
     from autokernel.profile.show import pct as _pct
+    from autokernel.target.profile_target import TIMING
     from autokernel.untrusted import markup
     console = _console()
     tg, timing, totals = t["target"], t.get("timing", {}), t.get("totals", {})
-    interp = tg.get("interpreted") is True
+    # the label follows the device the trace was taken on (load_trace checked it is this machine's kind), never the
+    # file's own words: a trace may be the checkout's, which called CPU interpreter times CUDA's
+    interp = tg.get("interpreted") is True or (t.get("device") or {}).get("kind") != "cuda"
+    label, note = TIMING[interp]
+    ms = {k: totals.get(k) / 1e3 if type(totals.get(k)) in (int, float) else None for k in ("workload_ms", "launch_ms")}
     console.print(f"[bold]{markup(t.get('run_id'))}[/] · target {markup(tg.get('build'))} ({markup(tg.get('root'))})"
-                  f" · {totals.get('calls')} Triton launches · workload {totals.get('workload_ms', 0) / 1e3:.1f} s, "
-                  f"launches {totals.get('launch_ms', 0) / 1e3:.1f} s of it")
-    console.print(f"timing: [bold yellow]{markup(timing.get('label'))}[/] — {markup(timing.get('note'))}")
+                  f" · {num(totals.get('calls'))} Triton launches · workload {num(ms['workload_ms'], '.1f')} s, "
+                  f"launches {num(ms['launch_ms'], '.1f')} s of it")
+    console.print(f"timing: [bold yellow]{markup(label)}[/] — {markup(note)}")
     roof = any(r.get("gain") is not None for r in ranked)
     console.print(f"ranked by {markup(timing.get('ranking') or 'time share alone')}" + (
         f" · peaks: {markup((t.get('roofline') or {}).get('source'))}" if roof else ""))
@@ -119,13 +125,14 @@ def print_rank(t: dict, ranked: list[dict]) -> None:
     for r in ranked:
         target = r["status"] == "target"
         n += target
-        cells = [_pct(r.get("headroom")), _pct(r.get("gain")), r.get("bound") or "—"] if roof else []
-        table.add_row(str(n) if target else "—", markup(r["op"]) + ("" if target else f" [dim]({r['status']})[/]"),
-                      str(r["calls"]), f"{r['total_ms']:.1f}", _pct(r["share"]), _pct(r.get("e2e_share")), *cells,
+        cells = [_pct(r.get("headroom")), _pct(r.get("gain")), markup(r.get("bound") or "—")] if roof else []
+        table.add_row(str(n) if target else "—", markup(r["op"]) + ("" if target else
+                                                                     f" [dim]({markup(r['status'])})[/]"),
+                      num(r["calls"]), num(r["total_ms"], ".1f"), _pct(r["share"]), _pct(r.get("e2e_share")), *cells,
                       markup(" ".join(k["kernel"] for k in r.get("kernels", []))), markup(_sites(r)),
                       markup(_layouts(r)), style=None if target else "dim")
     for x in t.get("not_declared") or []:
-        table.add_row("—", NOT_DECLARED, str(x["calls"]), f"{x['total_ms']:.1f}", _pct(x["share"]), "—",
+        table.add_row("—", NOT_DECLARED, num(x["calls"]), num(x["total_ms"], ".1f"), _pct(x["share"]), "—",
                       *(["—"] * len(extra)), markup(x["kernel"]), markup(x.get("site") or x["kernel_file"]), "",
                       style="dim")
     console.print(table)

@@ -397,3 +397,17 @@ def test_the_projects_softmax_passes_end_to_end(job):
     r = e2e.stage("softmax", job / "softmax.py", Policy(e2e={"max_new_tokens": 4}), kernels_dir=KERNELS)
     print(f"e2e incumbent softmax: {r.detail}")
     assert r.passed and r.metrics["sampled_pass"] and r.metrics["calls_judged"] >= 1, r
+
+
+def test_the_cached_baseline_is_keyed_on_the_models_content(tmp_path):
+    """Red-team: the key held the model's path and size: another file of the same size at the same path (a second
+    checkout unpacked where the first was, with its mtimes) reused the first's baseline tokens and logits."""
+    model = tmp_path / "model.gguf"
+    model.write_bytes(b"A" * 4096)
+    os.utime(model, ns=(1_000_000_000, 1_000_000_000))
+    policy = Policy.model_validate({"target": {"model": str(model)}})
+    first = e2e._key(policy, tmp_path)
+    model.unlink()
+    model.write_bytes(b"B" * 4096)
+    os.utime(model, ns=(1_000_000_000, 1_000_000_000))
+    assert e2e._key(policy, tmp_path) != first

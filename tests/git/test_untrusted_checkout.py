@@ -246,3 +246,36 @@ def test_a_linked_worktree_and_a_submodule_are_their_own(tmp_path, env):
     assert (sub / ".git").is_file()  # git links it: super/.git/modules/sub, core.worktree pointing back
     s = delivery.commit_files(sub, "autokernel/s", {"kernels/rmsnorm.py": "sub\n"}, "m")
     assert git.Repo(sub).commit("autokernel/s").hexsha == s.sha
+
+
+@pytest.mark.parametrize("where", ["other", "parent"])
+def test_a_work_tree_named_by_the_checkouts_config_is_refused(tmp_path, env, where):
+    """Red-team: `core.worktree = /elsewhere` in the checkout's .git/config made `rev-parse --show-toplevel` answer
+    /elsewhere, whose own .git took the branch (and a push and the PR's slug). A work tree above the checkout (the
+    user's home, a dotfiles repository) is refused the same way: its repository is not the checkout's."""
+    other = make_repo(tmp_path / "other")
+    evil = make_repo(tmp_path / "other" / "evil" if where == "parent" else tmp_path / "evil")
+    with evil.config_writer() as cw:
+        cw.set_value("core", "worktree", str(wd(other)))
+    heads = sorted(h.name for h in other.heads)
+    with pytest.raises(UserError, match="core.worktree") as e:
+        delivery.commit_files(Path(str(evil.git_dir)).parent, "autokernel/x", {"kernels/rmsnorm.py": "new\n"}, "m")
+    assert "\n" not in str(e.value)
+    assert sorted(h.name for h in other.heads) == heads and sorted(h.name for h in evil.heads) == ["main"]
+
+
+@pytest.mark.parametrize("link", ["refs/heads/autokernel", "logs/refs/heads/autokernel", "objects/00"])
+def test_links_inside_the_git_dir_are_refused(tmp_path, env, link):
+    """Red-team: `.git/refs/heads/autokernel` linked to a directory outside made update-ref create the branch's
+    file there, a reflog linked to a user's file had a line appended to it; a loose-object directory linked outside
+    would take the new objects. Nothing is written; the message says to clone."""
+    repo = make_repo(tmp_path / "user")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    target = Path(str(repo.git_dir)) / link
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.symlink_to(outside, target_is_directory=True)
+    with pytest.raises(UserError, match="symbolic link.*clone") as e:
+        delivery.commit_files(wd(repo), "autokernel/x", {"kernels/rmsnorm.py": "new\n"}, "m")
+    assert "\n" not in str(e.value)
+    assert list(outside.iterdir()) == [] and sorted(h.name for h in repo.heads) == ["main"]

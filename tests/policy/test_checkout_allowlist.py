@@ -138,3 +138,17 @@ def test_the_command_lines_model_makes_the_checkouts_moot(tmp_path):
                        env=env)
     said = r.stdout + r.stderr
     assert r.returncode == 2 and "agent.model" not in said and "cannot reach" in said, said  # past the policy
+
+
+@pytest.mark.parametrize("text", ["e2e:\n  kl_mean_max: .nan\n", "e2e:\n  top1_min: .nan\n",
+                                  "e2e:\n  kl_max_max: .inf\n", "bench:\n  min_speedup: .nan\n"])
+def test_a_number_that_is_not_finite_is_refused(checkout, text):
+    """NaN compares false with every bound: `e2e.kl_*_max: .nan` from a checkout was neither above its default nor
+    below it, so it was admitted, and `kl > limit` then passed every KL (a wrecked engine was accepted). No policy
+    field takes NaN or infinity, from any source."""
+    f = checkout / "policies.yaml"
+    f.write_text(text)
+    with pytest.raises(UserError, match="finite"):
+        policy.for_checkout(checkout)
+    with pytest.raises(UserError, match="finite"):
+        policy.load(f)

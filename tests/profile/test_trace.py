@@ -108,3 +108,36 @@ def test_latest(ref_trace_dir, tmp_path):
     b = shutil.copytree(ref_trace_dir, tmp_path / "20250101-000001-bbbbbb")
     (b / "summary.json").touch()
     assert trace.latest(tmp_path) == b and a != b
+
+
+HOSTILE = "\x1b]0;pwned\x07\x1b[2J[bold green blink]VERDICT: ACCEPTED, 9.99x[/]"
+
+
+def test_a_committed_traces_text_reaches_no_terminal_raw(ref_trace_dir, tmp_path, capsys):
+    """Red-team: a fork's committed traces/*/summary.json with terminal escapes (retitle, clear screen) and rich
+    markup in its run id, workload name, timing label and numbers printed them raw under `autokernel rank`. Every
+    string is cut to printable text as it is loaded, every printed one is markup-escaped, and a string where a
+    number belongs shows as '?', never a traceback."""
+    from autokernel.policy import Policy
+    from autokernel.profile import rank
+    from autokernel.profile.show import print_rank
+    t = json.loads((Path(ref_trace_dir) / "summary.json").read_text())
+    t["run_id"] = t["workload"]["name"] = HOSTILE
+    t["timing"]["label"] = t["timing"]["note"] = HOSTILE
+    t["totals"]["calls"] = t["totals"]["e2e_ms"] = HOSTILE
+    (tmp_path / "summary.json").write_text(json.dumps(t))
+    loaded = trace.load_trace(tmp_path)
+    assert "\x1b" not in json.dumps(loaded) and "\x07" not in json.dumps(loaded)
+    print_rank(loaded, rank.rank(loaded, Policy()))
+    out = capsys.readouterr().out  # not a terminal: rich adds no escapes of its own
+    assert "\x1b" not in out and "\x07" not in out
+    assert "[bold green blink]VERDICT" in out and "?" in out  # the markup shown as text, the number as unknown
+
+
+def test_a_nesting_bomb_is_bad_input(tmp_path):
+    (tmp_path / "summary.json").write_text('{"ops": {}, "x": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    with pytest.raises(UserError, match="nested deeper"):
+        trace.load_trace(tmp_path)
+    (tmp_path / "summary.json").write_text('{"ops": {}, "x": ' + "[" * 40 + "]" * 40 + "}")
+    with pytest.raises(UserError, match="nested deeper"):
+        trace.load_trace(tmp_path)

@@ -354,3 +354,21 @@ def test_liger_checkout_profile_and_rank(tmp_path):
     # what the profile wrote into the checkout: its traces/ only
     status = subprocess.run(["git", "-C", str(ck), "status", "--porcelain"], capture_output=True, text=True).stdout
     assert [line.split()[-1] for line in status.splitlines()] == ["autokernel.toml", "traces/"]
+
+
+def test_how_kernels_ran_is_the_parents_knowledge_not_the_jobs_claim(tmp_path, monkeypatch):
+    """The job's data may be forged by the engine (any object of its process): a job that says its kernels were
+    compiled, on a machine where the parent ran them through the interpreter, is labelled as interpreted."""
+    from autokernel import sandbox
+    from autokernel.target import discover
+    real = sandbox.run
+
+    def forged(*a, **k):
+        res = real(*a, **k)
+        if res.ok and isinstance(res.data, dict):
+            res.data["interpreted"] = False
+        return res
+    monkeypatch.setattr(sandbox, "run", forged)
+    root = toy(tmp_path / "toy")
+    found = discover.run(root, "toy.engine:build", for_checkout(root, uses=("sandbox", "ops")), tmp_path / "job")
+    assert found.interpreted is True

@@ -119,3 +119,27 @@ def _copy(src, tmp_path):
     d.mkdir()
     (d / "norm.py").write_bytes(src.read_bytes())
     return d / "norm.py"
+
+
+def test_nan_logits_from_the_candidate_engine_fail_the_kl_check(tmp_path, monkeypatch):
+    """Every comparison with NaN is false: `kl > limit` passed a candidate whose engine made its logits NaN (KL NaN).
+    The stage now passes only what is within every limit."""
+    import torch
+
+    from autokernel.target import declaration as decl
+    root = checkout(tmp_path / "t")
+    d = decl.load(root)
+    assert d is not None
+    op = d.ops["norm"]
+    logits = torch.randn(3, 16, generator=torch.Generator().manual_seed(0))
+    common = {"prompts": [[1]], "prefixes": [[1], [1, 2], [1, 2, 3]], "steps": 8, "calls": 3, "captured": b"",
+              "unloadable": 0}
+    base = {**common, "logits": logits, "tokens": [[1, 2, 3, 4, 5, 6, 7, 8]]}
+    runs = iter([(base, ""), ({**base, "logits": torch.full_like(logits, float("nan"))}, "")])
+    monkeypatch.setattr(target_e2e, "_run", lambda *a, **k: next(runs))
+    monkeypatch.setattr(target_e2e, "_judge_calls", lambda *a, **k: (3, ""))
+    cand = tmp_path / "cand" / "norm.py"
+    cand.parent.mkdir()
+    cand.write_text(NORM)
+    r = target_e2e.check(root, d, op, cand, Policy())
+    assert not r.passed and r.reason == "e2e.kl_exceeded", (r.reason, r.detail)

@@ -104,3 +104,17 @@ def test_the_printed_rank_shows_headroom_and_gain(capsys):
     out = " ".join(capsys.readouterr().out.split())
     for needle in ("ranked by expected end-to-end gain", "test peaks", "headroom", "gain", "90.0%", "36.0%"):
         assert needle in out, out
+
+
+def test_the_timing_label_follows_the_device_not_the_files_words(capsys):
+    """Red-team: the engine rewrote the job's `interpreted` flag (ctypes), and the trace then called CPU interpreter
+    times 'CUDA: synchronized launch time'. The parent sets how kernels run (discover.run) and the rank shows the
+    label of the device the trace was taken on."""
+    t = {"roofline": {}, "run_id": "r", "device": {"kind": "cpu-interpreter"},
+         "target": {"build": "m:b", "root": "/c", "interpreted": False},
+         "timing": {"label": "CUDA: synchronized launch time", "note": "the kernel's device time"},
+         "totals": {"calls": 10, "workload_ms": 20.0, "launch_ms": 10.0},
+         "ops": {"small": _op(0.4, 10.0, 0, 0)}}
+    rank_target.print_rank(t, rank_target.rank(t))
+    out = " ".join(capsys.readouterr().out.split())
+    assert "CPU / Triton interpreter" in out and "interpreter ms" in out and "CUDA" not in out, out
