@@ -13,6 +13,7 @@ for them, so
 from __future__ import annotations
 
 import io
+import re
 from typing import Any
 
 import torch
@@ -140,8 +141,10 @@ def judge_case(spec: OpSpec, case, calls: list[dict], outs: dict[str, list], poi
                                          "(a stale output)")
 
     first: dict[str, tuple[list, dict]] = {}
+    names = list((spec.extra.get("target") or {}).get("inplace") or ())  # a launcher's written outputs, by name
     for call in sorted(calls, key=lambda c: (MODE_RANK.get((c["mode"], c["values"]), 4), c["id"])):
-        v, where = call["values"], f"{case.label()}, {_describe(call)}"
+        v = call["values"]
+        where = f"{case.label()}{_scalars(values[v])}, {_describe(call)}"
         got = outs[call["id"]]
         try:
             if call["mode"] in ("copy", "repeat") and bitwise and v in first:
@@ -149,6 +152,7 @@ def judge_case(spec: OpSpec, case, calls: list[dict], outs: dict[str, list], poi
             else:  # a "config" call too: another config may round otherwise, within tolerance
                 judge_call(got, ref(v), poison, where, worst)
         except Reject as r:
+            r = Reject(r.reason, _named(r.detail, names))
             raise (stale(got, v, r) if r.reason in ("numeric.mismatch", "numeric.nondeterministic") else r) from None
         if call["mode"] != "config":
             first.setdefault(v, (got, call))
@@ -161,6 +165,22 @@ def _matches(got: list, ref: References, poison: dict[str, int]) -> bool:
     except Reject:
         return False
     return True
+
+
+def _scalars(kwargs: dict) -> str:
+    """The call's number arguments (a drawn eps, theta, scale), for the message: a kernel exact only at the model's
+    eps is seen failing at the eps it was given."""
+    nums = [f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in kwargs.items()
+            if type(v) in (int, float) and not k.startswith("_")][:6]
+    return f" ({', '.join(nums)})" if nums else ""
+
+
+def _named(detail: str, names: list[str]) -> str:
+    """'output 1: ...' as 'output 1 (residual): ...' for a launcher whose outputs are arguments it writes."""
+    m = re.match(r"output (\d+)", detail)
+    if not m or int(m[1]) >= len(names):
+        return detail
+    return f"{m[0]} ({names[int(m[1])]}){detail[m.end():]}"
 
 
 def _describe(call: dict) -> str:

@@ -53,8 +53,10 @@ DTYPE_DISTS = ("wide", "tiny", "mixed")  # distributions checked in every dtype 
 # one group of 3 query heads: its float64 reference and rounding floor hold several (heads, T, T) matrices (~1.6 GB
 # each at T = 8192 with 3 heads). lm_head's and softmax's rows are sampled positions (one per sequence), over a full
 # vocabulary each.
+# Two batch rows, not one: draw_padding (autokernel/ops/attention.py) pads one of them, so the long sequences are
+# checked with left padding too (a kernel that skipped the padding mask past 1,000 tokens was exact with one row).
 RANGE_OVERRIDES: dict[str, tuple[str | None, dict[str, int], tuple[str, ...]]] = {
-    "attention": ("T", {"B": 1, "Hq": 3, "Hkv": 1}, ()), "attention_decode": ("L", {"B": 1}, ("S",)),
+    "attention": ("T", {"B": 2, "Hq": 3, "Hkv": 1}, ()), "attention_decode": ("L", {"B": 2}, ("S",)),
     "lm_head": (None, {}, ()),
     "softmax": ("M", {"V": 4099}, ())}
 NO_OVERRIDE: tuple[str, dict[str, int], tuple[str, ...]] = ("", {}, ())  # an op not in RANGE_OVERRIDES
@@ -164,11 +166,10 @@ def range_dim(spec: OpSpec, traced: list[dict[str, int]]) -> tuple[str, dict[str
     override = RANGE_OVERRIDES.get(spec.name, NO_OVERRIDE)
     if not traced or spec.extra.get("range_dim", override[0]) is None:
         return None
-    base = {**_costliest(spec, traced), **spec.extra.get("sweep_base", {}),
-            **spec.extra.get("range_base", override[1])}
+    base = {**_costliest(spec, traced), **spec.extra.get("sweep_base", {})}
     dims = spec.extra.get("sweep", (next(iter(base)),))
     dim = spec.extra.get("range_dim", override[0] or dims[-1])
-    return dim, {**base, **{d: 1 for d in dims if d != dim}}
+    return dim, {**base, **{d: 1 for d in dims if d != dim}, **spec.extra.get("range_base", override[1])}
 
 
 def range_shapes(spec: OpSpec, traced: list[dict[str, int]], seed: int, max_rows: int,
@@ -237,10 +238,12 @@ def plan(spec: OpSpec, shapes: list[dict] | None, dtypes: list[torch.dtype] | No
     grid += [(s, dt, d, SINGLE) for s in base_shapes for d in dists[1:]
              for dt in (dtypes if d in DTYPE_DISTS else dtypes[:1])]
     turn = derive(seed, "dtype turn") % len(dtypes)
+    swept += [s for s in _odd_batched(spec) if s not in full_shapes + swept]  # cheap: with the sweep
     grid += [(s, dtypes[(i + turn) % len(dtypes)], sweep_dist, SINGLE) for i, s in enumerate(swept)]
     ranged = [s for s in range_shapes(spec, traced, seed, max_rows, thresholds) if s not in full_shapes + swept]
     modeled = model_dims_shape(spec, traced, seed, max_rows)
     ranged += [modeled] if modeled and modeled not in full_shapes + swept + ranged else []
+    ranged += [s for s in _top_on_every_width(spec, traced, ranged) if s not in full_shapes + swept + ranged]
     picked = range_dim(spec, traced)
     crossing = _crossings(picked, max_rows, thresholds, seed)
     grid += [(s, dt, sweep_dist, SINGLE) for i, s in enumerate(ranged)
@@ -250,8 +253,21 @@ def plan(spec: OpSpec, shapes: list[dict] | None, dtypes: list[torch.dtype] | No
     grid += [(s, dtypes[0], sweep_dist, SINGLE) for s in _crossed_elsewhere(spec, traced, picked, crossing)
              if s not in planned]
     grid += _far_outliers(spec, picked, crossing, ranged, modeled, dtypes, dists)
+    if "outliers" in dists and sweep_dist != "outliers":  # production's data at every size checked past the traced
+        grid += [(s, dt, "outliers", SINGLE) for s, dt, d, n in grid  # and odd shapes (a window computed from N,
+                 if d == sweep_dist and n == SINGLE and s not in base_shapes]  # no literal, clipped large values)
+        grid = _unique(grid)
     smoke = [c for c in grid if c[1] == dtypes[0] and c[3] == FULL]
     return smoke + [c for c in grid if c not in smoke]
+
+
+def _unique(grid: list[tuple]) -> list[tuple]:
+    """The grid without repeated cases (shapes are dicts: compared, not hashed), first occurrence kept."""
+    out: list[tuple] = []
+    for c in grid:
+        if c not in out:
+            out.append(c)
+    return out
 
 
 def _far_outliers(spec: OpSpec, picked: tuple[str, dict[str, int]] | None, crossing: set[int], ranged: list[dict],
@@ -268,6 +284,37 @@ def _far_outliers(spec: OpSpec, picked: tuple[str, dict[str, int]] | None, cross
     far = [_at(spec, dim, base, v) for v in sorted(crossing)] + [top]
     out = [(s, dt, "outliers", SINGLE) for i, s in enumerate(far) if s not in far[:i] for dt in dtypes]
     return out + ([(modeled, dtypes[0], "outliers", SINGLE)] if modeled and modeled not in far else [])
+
+
+def _top_on_every_width(spec: OpSpec, traced: list[dict[str, int]], ranged: list[dict]) -> list[dict[str, int]]:
+    """The top of the range (its largest size) on every traced shape's other dimensions, not only the costliest's:
+    matmul_q4_1's four projections (a one-tile K loop exact up to K = 1,024 dropped ffn_down's columns past it in
+    prefills past 192 rows; the range ran at K = 576 only). At most one case per distinct traced width."""
+    picked = range_dim(spec, traced)
+    if picked is None or not ranged:
+        return []
+    dim, base = picked
+    top = max(s.get(dim, 0) for s in ranged)
+    dims = spec.extra.get("sweep", (next(iter(base)),))
+    out: list[dict[str, int]] = []
+    for t in traced:
+        s = {**t, **spec.extra.get("sweep_base", {}), **{d: 1 for d in dims if d != dim},
+             **spec.extra.get("range_base", RANGE_OVERRIDES.get(spec.name, NO_OVERRIDE)[1])}
+        s = _at(spec, dim, s, top)
+        if s not in out and s not in ranged:
+            out.append(s)
+    return out
+
+
+def _odd_batched(spec: OpSpec) -> list[dict[str, int]]:
+    """Each odd shape whose leading (batch) dimension is 1 once more with 3 rows: softmax's 128,256-entry vocabulary
+    was checked on one row only (a split-row path whose scratch was not indexed by row was exact there)."""
+    out = []
+    for s in spec.odd_shapes:
+        lead = spec.extra.get("sweep", (next(iter(s)),))[0]
+        if s.get(lead) == 1:
+            out.append({**s, lead: 3})
+    return out
 
 
 MAX_CROSSINGS = 16  # crossing sizes planned in every dtype and on every traced shape: bounded work, whatever the source

@@ -118,13 +118,13 @@ def test_rope_and_attention_range_their_tokens_up_to_the_context():
     rope = get("rope")
     shapes = schedule.range_shapes(rope, [dict(s) for s in rope.model_shapes], 5, 8192)
     assert shapes and all(s["B"] == 1 for s in shapes) and max(s["T"] for s in shapes) > 8000
-    att = get("attention")  # prefill: one row, one group of query heads, tokens up to the context
+    att = get("attention")  # prefill: two rows (one padded), one group of query heads, tokens up to the context
     shapes = schedule.range_shapes(att, [dict(s) for s in att.model_shapes], 5, 8192)
-    assert shapes and all(s["B"] == 1 and s["Hq"] == 3 and s["Hkv"] == 1 for s in shapes)
+    assert shapes and all(s["B"] == 2 and s["Hq"] == 3 and s["Hkv"] == 1 for s in shapes)
     assert max(s["T"] for s in shapes) > 8000
     dec = get("attention_decode")  # decode: the filled cache L, the cache's size S with it
     shapes = schedule.range_shapes(dec, [dict(s) for s in dec.model_shapes], 5, 8192)
-    assert shapes and all(s["B"] == 1 and s["S"] == s["L"] for s in shapes) and max(s["L"] for s in shapes) > 8000
+    assert shapes and all(s["B"] == 2 and s["S"] == s["L"] for s in shapes) and max(s["L"] for s in shapes) > 8000
 
 
 def test_a_range_case_at_the_models_own_dimensions():

@@ -78,3 +78,60 @@ def test_the_outliers_distribution_reaches_what_llm_residual_streams_carry():
     r = random.Random(0)  # the positions differ per row
     rows = [tuple(far[i].nonzero().flatten().tolist()) for i in r.sample(range(64), 8)]
     assert len(set(rows)) == 8
+
+
+def _plan(op: str, seed: int, max_rows: int = 1024) -> list:
+    return numeric.plan(get(op), None, None, None, seed, max_rows)
+
+
+def test_outliers_run_at_every_size_the_sweep_and_the_range_check():
+    """add_rmsnorm/cov_window_softclip: a soft clip of large values taken for N/4 < M < 1.5 N, a window computed from
+    N with no literal: the outliers ran only at the literal crossings and the top of the range."""
+    spec = get("add_rmsnorm")
+    base = [dict(s) for s in (*spec.model_shapes, *spec.odd_shapes)]  # every distribution there already
+    for seed in range(3):
+        grid = _plan("add_rmsnorm", seed)
+        mixed = {(tuple(s.items()), dt) for s, dt, d, _ in grid if d == "mixed" and s not in base}
+        outl = {(tuple(s.items()), dt) for s, dt, d, _ in grid if d == "outliers"}
+        assert mixed <= outl, list(mixed - outl)[:3]
+        assert any(145 < s["M"] < 863 for s, _, d, _ in grid if d == "outliers")
+
+
+def test_the_top_of_the_range_runs_on_every_traced_width():
+    """matmul_q4_1 b_q41_prefill_onetile (red team): one K tile of 1,024 in prefills past 192 rows dropped
+    ffn_down's columns past 1,024; the range grew M at K = 576 only."""
+    spec = get("matmul_q4_1")
+    for seed in range(3):
+        grid = _plan("matmul_q4_1", seed)
+        for t in spec.model_shapes:
+            far = [d for s, _, d, _ in grid if (s["N"], s["K"]) == (t["N"], t["K"]) and s["M"] > 900]
+            assert {"mixed", "outliers"} <= set(far), (t, far)
+
+
+def test_long_sequences_are_checked_with_a_padded_row():
+    """attention c_attn_long_nopad (red team): the padding mask skipped past 1,000 tokens; the range ran one batch
+    row, never padded. Every range case of the two attention ops now has two rows, one of them padded."""
+    for op, dim in (("attention", "T"), ("attention_decode", "L")):
+        spec = get(op)
+        ranged = schedule.range_shapes(spec, _traced(op), 3, 1024)
+        assert ranged and all(s["B"] == 2 for s in ranged)
+        top = max(ranged, key=lambda s: s[dim])
+        kw = spec.make_inputs(top, torch.float32, "cpu", torch.Generator().manual_seed(1), "normal")
+        assert kw["kv_start"].tolist().count(0) == 1, kw["kv_start"]  # one row unpadded, the other padded
+
+
+def test_odd_shapes_of_one_row_are_checked_with_three():
+    """softmax/split_row_shared_scratch: a 128,256-entry row split across programs with a scratch table shared by
+    every row was exact on the one-row odd shape."""
+    grid = _plan("softmax", 1)
+    assert any(s == {"M": 3, "V": 128256} for s, _, _, _ in grid)
+
+
+def test_a_numeric_failure_names_the_written_argument_and_the_scalars():
+    """A new user's report: 'output 1: max error 2.86' for a launcher that returns None said nothing of which
+    argument (residual), and a kernel exact only at the model's eps failed at an eps the message did not show."""
+    from autokernel.gate import judge
+    assert judge._named("output 1: max error 2.86 vs bound", ["x", "residual"]) == \
+        "output 1 (residual): max error 2.86 vs bound"
+    assert judge._named("output 2: max error", ["x"]) == "output 2: max error"
+    assert judge._scalars({"x": torch.zeros(1), "eps": 1.234567e-5, "n": 7}) == " (eps=1.235e-05, n=7)"
