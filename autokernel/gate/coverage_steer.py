@@ -48,13 +48,15 @@ def dense_values(top: int, seed: int, per_octave: int = 3) -> list[int]:
 # Dimensions the steering may set to any multiple of the step up to the maximum, besides the swept and range
 # dimensions (any size up to max_rows): the ones an op's launcher takes at any size, within the envelope production
 # sends (rows of one block up to 8192 wide, vocabularies up to 256k, head dims up to 256). Head counts are not free
-# (GQA groups), nor attention's head dim (powers of 2).
+# (GQA groups). Attention's head dim is, in 16s up to 256 (models use 64, 80, 96, 128, 256; the odd shapes 16 and 48):
+# a head-size heuristic (flash attention's `BLOCK_N = 64 if BLOCK_D <= 64 else 32`) was unreachable at D <= 64.
 STEER_DIMS: dict[str, dict[str, tuple[int, int]]] = {
     "rmsnorm": {"N": (1, 8192)}, "add_rmsnorm": {"N": (1, 8192)}, "silu_mul": {"N": (1, 1 << 15)},
     "softmax": {"V": (1, 1 << 18)}, "matmul": {"N": (1, 1 << 14), "K": (1, 1 << 14)},
     "matmul_q4_1": {"N": (1, 1 << 14), "K": (32, 1 << 14)}, "lm_head": {"V": (1, 1 << 18), "K": (1, 8192)},
     "embedding": {"V": (1, 1 << 18), "D": (1, 8192)}, "embedding_q8_0": {"V": (1, 1 << 18), "D": (32, 8192)},
-    "rope": {"H": (1, 64), "D": (2, 256)}, "attention": {"B": (1, 16)}, "attention_decode": {"B": (1, 16)}}
+    "rope": {"H": (1, 64), "D": (2, 256)}, "attention": {"B": (1, 16), "D": (16, 256)},
+    "attention_decode": {"B": (1, 16), "D": (16, 256)}}
 UNBOUNDED = 1 << 30  # the swept and range dimensions: bounded by cost and max_rows instead
 
 MAX_STEER_CONSTANTS = 64  # numbers from unreached conditions tried per verdict (the case budget bounds it anyway)
