@@ -117,13 +117,13 @@ def render(ops: list[discover.FoundOp]) -> str:
         lines.append(f"file = {decl.quote(op.file)}")
         names = [s.function for s in launchers] or [decl.TODO]
         lines.append("launchers = [" + ", ".join(decl.quote(n) for n in names) + "]")
-        sig = "; ".join(f"{s.function}({', '.join(s.params)})" for s in launchers) or "the launcher's"
+        sig = "the signature " + "; ".join(f"{s.function}({', '.join(s.params)})" for s in launchers) \
+            if launchers else "the launcher's signature"
         if len(launchers) > 1:  # one reference per launcher (declaration._per_launcher)
             table = ", ".join(f"{decl.quote(s.function)} = {decl.quote(decl.TODO)}" for s in launchers)
-            lines.append(f"reference = {{ {table} }}  # per launcher, \"module:function\": torch, with the "
-                         f"signature {sig}")
+            lines.append(f"reference = {{ {table} }}  # per launcher, \"module:function\": torch, with {sig}")
         else:
-            lines.append(f"reference = {decl.quote(decl.TODO)}  # \"module:function\": torch, with the signature {sig}")
+            lines.append(f"reference = {decl.quote(decl.TODO)}  # \"module:function\": torch, with {sig}")
         lines.append("# outputs = [0]  # which return values the gate compares (default: every tensor returned); for a "
                      "launcher returning None, the written arguments that are its result: [\"out\"]")
         lines.append("# tolerance = { atol = 1e-5, rtol = 1e-5 }  # optional: replaces the derived tolerance")
