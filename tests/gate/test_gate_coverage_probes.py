@@ -141,7 +141,8 @@ def test_steering_stays_in_the_ops_envelope_and_keeps_tied_dimensions():
         extra += coverage_steer.steer(dec, planned, [(site, "never true")], 7, round_, 1024, done, numeric.DISTS)
     assert extra
     for shape, *_ in extra:
-        assert shape["S"] >= shape["L"] and shape["Hq"] % shape["Hkv"] == 0 and shape["D"] == 64
+        assert shape["S"] >= shape["L"] and shape["Hq"] % shape["Hkv"] == 0 and shape["D"] % 16 == 0
+        assert 16 <= shape["D"] <= 256  # head dims in 16s up to 256 (coverage_steer.STEER_DIMS)
         assert shape["L"] <= 1024 or shape["L"] == shape["S"]
     rms = get("rmsnorm")
     planned = numeric.plan(rms, None, [torch.float32], ["normal"], 0, 0, set())
@@ -149,6 +150,17 @@ def test_steering_stays_in_the_ops_envelope_and_keeps_tied_dimensions():
     shapes = [s for s, *_ in coverage_steer.steer(rms, planned, [(site, "never true")], 1, 0, 0, set(), numeric.DISTS)]
     assert {"M": 4, "N": 4097} in shapes or any(s["N"] == 4097 for s in shapes)
     assert all(s["N"] <= 8192 for s, *_ in coverage_steer.steer(rms, planned, [], 1, 1, 0, set(), numeric.DISTS))
+
+
+def test_a_head_size_heuristic_is_steered_past_the_model_head_dim():
+    """helper-38: flash attention's `BLOCK_N = 64 if BLOCK_D <= 64 else 32`, honest, was coverage.unreached: every
+    model and odd shape has D <= 64 and the head dim was not steerable."""
+    att = get("attention")
+    planned = numeric.plan(att, None, [torch.float32], ["normal"], 0, 0, set())
+    site = coverage.Site("1:0:cond", 1, "cond", "BLOCK_D <= 64", False)
+    shapes = [s for s, *_ in coverage_steer.steer(att, planned, [(site, "never false")], 3, 0, 0, set(),
+                                                  numeric.DISTS)]
+    assert any(s["D"] > 64 for s in shapes), shapes
 
 
 def test_module_level_code_is_not_instrumented():
