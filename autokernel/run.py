@@ -18,8 +18,12 @@ import collections
 import contextlib
 import datetime
 import difflib
+import hashlib
+import hmac
 import itertools
 import json
+import os
+import secrets
 import sys
 import threading
 from concurrent import futures
@@ -71,17 +75,48 @@ class RunState:
 
     def save(self) -> None:
         tmp = self.run_dir / "state.json.tmp"
-        tmp.write_text(json.dumps({"trace": self.trace, "ops": self.ops, "done": self.done,
-                                   "skipped": self.skipped}, indent=1))
+        body = {"trace": self.trace, "ops": self.ops, "done": self.done, "skipped": self.skipped}
+        tmp.write_text(json.dumps({**body, "mac": _mac(body)}, indent=1))
         tmp.replace(self.run_dir / "state.json")
 
     @classmethod
     def load(cls, run_dir: Path) -> "RunState":
+        """The state `save` wrote, signed with this user's key: a run directory a checkout ships (its own
+        sandbox/run-*, a README saying to resume it) would otherwise have `--resume` commit whatever it says, on
+        any branch, with no gate, no benchmark (red team: a workflow that sends GITHUB_TOKEN away, a key file read
+        through a link)."""
         f = run_dir / "state.json"
-        if not f.is_file():
+        if f.is_symlink() or not f.is_file():
             raise UserError(f"{run_dir}: not an autokernel run directory (no state.json); runs live in sandbox/run-*")
-        d = json.loads(f.read_text())
+        try:
+            d = json.loads(f.read_text())
+            body = {k: d[k] for k in ("trace", "ops", "done", "skipped")}
+            ok = hmac.compare_digest(str(d.get("mac", "")), _mac(body))
+        except (ValueError, KeyError, TypeError, UnicodeDecodeError):
+            ok = False
+        if not ok:
+            raise UserError(f"{f}: not written by autokernel for this user (its signature does not match "
+                            f"{_key_path()}): refusing to resume a run someone else's files describe")
         return cls(run_dir, d.get("trace"), d.get("ops", []), d.get("done", {}), d.get("skipped", {}))
+
+
+def _key_path() -> Path:
+    return paths.user_cache() / "state.key"
+
+
+def _mac(body: dict) -> str:
+    """HMAC-SHA256 of the state with a key only this user's autokernel reads (made on first use, mode 0600)."""
+    key_file = _key_path()
+    if not key_file.is_file():
+        key_file.parent.mkdir(parents=True, exist_ok=True)
+        tmp = key_file.with_suffix(f".{os.getpid()}.{threading.get_ident()}")
+        with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as out:
+            out.write(secrets.token_bytes(32))
+        with contextlib.suppress(FileExistsError):  # another process made it first: its key stands
+            os.link(tmp, key_file)
+        os.unlink(tmp)
+    msg = json.dumps(body, sort_keys=True).encode()
+    return hmac.new(key_file.read_bytes(), msg, hashlib.sha256).hexdigest()
 
 
 @dataclass

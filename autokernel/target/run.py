@@ -204,15 +204,17 @@ def message(op: decl.Op, m, fb: Feedback, base: str, share: float | None) -> str
     e2e = next((st for st in fb.stages if st["name"] == "e2e"), {})
     mt = e2e.get("metrics") or {}
     share_txt = "unknown share of launch time" if share is None else f"{100 * share:.1f}% of profiled launch time"
-    lines = [f"autokernel: {s.est:.2f}x faster {op.name} ({op.file}; {share_txt})", "",
-             f"Candidate {fb.sha256[:12]} for `{', '.join(op.launchers)}` in `{op.file}`, over {base[:12]}.", "",
+    # the declaration's names are inert too: an op `Fixes` in `GH-12/norm.py` made a live "Fixes GH-12" (red team)
+    name, file, launchers = inert(op.name), inert(op.file), inert(", ".join(op.launchers))
+    lines = [f"autokernel: {s.est:.2f}x faster {name} ({file}; {share_txt})", "",
+             f"Candidate {fb.sha256[:12]} for `{launchers}` in `{file}`, over {base[:12]}.", "",
              *report.perf_table(m, op.name), *_per_launcher(m), "",
              f"End to end ({inert(line(e2e.get('detail') or 'not run', 300))}): KL mean {mt.get('kl_mean', 0):.3g} "
              f"/ max {mt.get('kl_max', 0):.3g} nats, top-1 {mt.get('top1', 0):.3f}.",
              "", "Gate: " + "; ".join(f"{st['name']} {'pass' if st['passed'] else 'FAIL'}" for st in fb.stages)
              + f" (seed {fb.seed}, {fb.isolation or 'isolation unknown'}).",
-             "", f"Reproduce: autokernel verify --repo . --seed {fb.seed} -- {shlex.quote(op.name)} "
-             f"{shlex.quote(op.file)}"]
+             "", inert(f"Reproduce: autokernel verify --repo . --seed {fb.seed} -- {shlex.quote(op.name)} "
+                       f"{shlex.quote(op.file)}")]
     return "\n".join(lines) + "\n"
 
 
@@ -228,6 +230,28 @@ def _per_launcher(m) -> list[str]:
         "over every launcher's calls, incumbent / candidate (1 / sum of share / speedup)."]
 
 
+def same_as_head(root: Path, rel: str) -> None:
+    """UserError unless the op's file in the work tree is HEAD's blob: the prompt, the gate and the benchmark read the
+    work tree and the commit is laid over HEAD, so a file changed (or hidden by `git update-index
+    --assume-unchanged`, git status then clean) had a speedup measured against one file committed over another (red
+    team: "1.77x faster" over a base whose own file it was 0.61x of). The blob id is computed here from the bytes,
+    no git filter of the checkout's config runs."""
+    import hashlib
+
+    from autokernel import git as delivery
+    data = decl.checkout_file(root, root / rel, rel).read_bytes()
+    algo = delivery.git(root, "rev-parse", "--show-object-format").strip() or "sha1"
+    mine = hashlib.new(algo, b"blob %d\0" % len(data) + data).hexdigest()
+    try:
+        theirs = delivery.git(root, "rev-parse", "--verify", "--quiet", f"HEAD:{rel}").strip()
+    except delivery.DeliveryError:
+        theirs = ""
+    if mine != theirs:
+        raise UserError(f"{root}: {rel} differs from HEAD's copy ({'not in HEAD' if not theirs else 'changed'}, "
+                        "perhaps hidden from git status by --assume-unchanged): a win would be measured against "
+                        "this file and committed over HEAD's; commit or stash the change first")
+
+
 def work_on(root: Path, name: str, ctx, run_dir: Path, trace_path: Path, t: dict, share: float | None
             ) -> TargetOutcome:
     from autokernel import git as delivery
@@ -236,9 +260,11 @@ def work_on(root: Path, name: str, ctx, run_dir: Path, trace_path: Path, t: dict
     assert d is not None  # pipeline() profiled the target first, which refuses a checkout without a declaration
     op = d.ops[name]
     op_dir = run_dir / name
+    if ctx.policy.git.commit:
+        same_as_head(root, op.file)
     if ctx.policy.git.commit and (dd := delivery.delivered(root, op.file, None, ctx.policy.git.branch_prefix)):
         return TargetOutcome(name, "already_delivered", f"a delivery of {op.file} over this base is waiting on "
-                             f"{dd.branch} ({dd.sha[:10]}): not tried again until it is merged or deleted",
+                             f"{line(dd.branch, 200)} ({dd.sha[:10]}): not tried again until it is merged or deleted",
                              branch=dd.branch, sha=dd.sha)
     evaluator = TargetEvaluator(root, name, ctx.policy, op_dir, trace_path)
     session = Session(name, ctx.llm, evaluator, prompt(root, op, t), ctx.settings, op_dir)
@@ -251,8 +277,8 @@ def work_on(root: Path, name: str, ctx, run_dir: Path, trace_path: Path, t: dict
     best, fb = result.best, result.best.feedback
     pol = ctx.policy
     if pol.git.commit and (dd := delivery.delivered(root, op.file, best.source.encode(), pol.git.branch_prefix)):
-        return TargetOutcome(name, "already_delivered", f"already on {dd.branch} ({dd.sha[:10]})", branch=dd.branch,
-                             sha=dd.sha)
+        return TargetOutcome(name, "already_delivered", f"already on {line(dd.branch, 200)} ({dd.sha[:10]})",
+                             branch=dd.branch, sha=dd.sha)
     m = evaluator.confirm(best.candidate)
     s = m.files[-1].speedup
     if not m.files[-1].accepted:

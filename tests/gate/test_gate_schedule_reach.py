@@ -85,8 +85,8 @@ def _plan(op: str, seed: int, max_rows: int = 1024) -> list:
 
 
 def test_outliers_run_at_every_size_the_sweep_and_the_range_check():
-    """add_rmsnorm/cov_window_softclip: a soft clip of large values taken for N/4 < M < 1.5 N, a window computed from
-    N with no literal: the outliers ran only at the literal crossings and the top of the range."""
+    """add_rmsnorm/window_softclip_outliers: a soft clip of large values taken for N/4 < M < 1.5 N, a window computed
+    from N with no literal: the outliers ran only at the literal crossings and the top of the range."""
     spec = get("add_rmsnorm")
     base = [dict(s) for s in (*spec.model_shapes, *spec.odd_shapes)]  # every distribution there already
     for seed in range(3):

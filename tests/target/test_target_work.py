@@ -118,3 +118,49 @@ def test_the_timing_label_follows_the_device_not_the_files_words(capsys):
     rank_target.print_rank(t, rank_target.rank(t))
     out = " ".join(capsys.readouterr().out.split())
     assert "CPU / Triton interpreter" in out and "interpreter ms" in out and "CUDA" not in out, out
+
+
+def test_the_declarations_names_are_inert_in_the_commit_message(monkeypatch):
+    """Red team (helper-40): an op named `Fixes` in `GH-12/norm.py` (both admitted by the name rules) made a live
+    "Fixes GH-12" in the commit's title, body and Reproduce line, and so in the PR GitHub would act on."""
+    from types import SimpleNamespace as NS
+
+    from autokernel.agent.evaluate import Feedback
+    from autokernel.git import report
+    from autokernel.target import declaration as decl
+    from autokernel.target import run as target_run
+    monkeypatch.setattr(report, "perf_table", lambda m, op: ["| table |"])
+    op = decl.Op("Fixes", "GH-12/norm.py", ["norm"], {"norm": "GH-12.ref:norm"})
+    m = NS(files=[NS(speedup=NS(est=1.5), launchers=[])])
+    fb = Feedback(op="Fixes", sha256="0" * 64, verdict="accepted", stages=[{"name": "static", "passed": True}])
+    text = target_run.message(op, m, fb, "a" * 40, 0.5)
+    assert "GH-12" not in text and "GH- 12" in text, text
+
+
+def test_a_run_refuses_an_op_file_that_is_not_heads(tmp_path):
+    """Red team (helper-40): the work tree's norm.py (slow) differed from HEAD's (fast), hidden by
+    `git update-index --assume-unchanged`; the run measured a '1.77x' win against the work tree and committed it
+    over HEAD, where it was 0.61x. The op's file must be HEAD's blob before anything is measured."""
+    import subprocess
+
+    from autokernel.errors import UserError
+    from autokernel.target.run import same_as_head
+
+    def git(*a):
+        subprocess.run(["git", "-C", str(tmp_path), *a], check=True, capture_output=True,
+                       env={"GIT_AUTHOR_NAME": "u", "GIT_AUTHOR_EMAIL": "u@x", "GIT_COMMITTER_NAME": "u",
+                            "GIT_COMMITTER_EMAIL": "u@x", "HOME": str(tmp_path), "PATH": "/usr/bin:/bin"})
+    (tmp_path / "ops").mkdir()
+    f = tmp_path / "ops" / "norm.py"
+    f.write_text("BLOCK = 32\n")
+    git("init", "-q")
+    git("add", "ops/norm.py")
+    git("commit", "-qm", "init")
+    same_as_head(tmp_path, "ops/norm.py")  # clean: no error
+    f.write_text("BLOCK = 8\n")
+    git("update-index", "--assume-unchanged", "ops/norm.py")
+    with pytest.raises(UserError, match="differs from HEAD's copy"):
+        same_as_head(tmp_path, "ops/norm.py")
+    (tmp_path / "ops" / "new.py").write_text("x = 1\n")
+    with pytest.raises(UserError, match="not in HEAD"):
+        same_as_head(tmp_path, "ops/new.py")
