@@ -293,14 +293,12 @@ def _top_on_every_width(spec: OpSpec, traced: list[dict[str, int]], ranged: list
     picked = range_dim(spec, traced)
     if picked is None or not ranged:
         return []
-    dim, base = picked
-    top = max(s.get(dim, 0) for s in ranged)
-    dims = spec.extra.get("sweep", (next(iter(base)),))
+    top = max(s.get(picked[0], 0) for s in ranged)
     out: list[dict[str, int]] = []
-    for t in traced:
-        s = {**t, **spec.extra.get("sweep_base", {}), **{d: 1 for d in dims if d != dim},
-             **spec.extra.get("range_base", RANGE_OVERRIDES.get(spec.name, NO_OVERRIDE)[1])}
-        s = _at(spec, dim, s, top)
+    for t in traced:  # range_dim's base, made from this traced shape instead of the costliest
+        one = range_dim(spec, [t])
+        assert one is not None  # picked was not None: the same spec
+        s = _at(spec, *one, top)
         if s not in out and s not in ranged:
             out.append(s)
     return out
