@@ -475,8 +475,12 @@ def _steer(runner: _Runner, planned, skipped: dict[str, str], slots: list, cover
 
 REACH_BASE_MB, REACH_COPIES = 1024, 8  # a numeric job's own footprint (torch, Triton, the interpreter: ~700 MB of
 # address space measured) and how many times it holds a call's bytes at most
-REACH_BUDGET_S = 30.0  # estimated interpreter seconds the calls past the plan's cap may take, all together (a decode
-# call at L = 8191 costs seconds; an 8191-row rmsnorm ~60 s on 2 cores, so that one is stated instead)
+REACH_WORK = 4.0  # the calls past the plan's cap always made, all together, in units of the costliest call measured
+# (schedule.cost): a floor that does not depend on this machine's speed or load, so the same candidate gets the same
+# calls anywhere (on 2 idle cores ~30 s for rmsnorm at the 1024-row cap: the octave past it, not production's 8192)
+REACH_BUDGET_S = 30.0  # estimated interpreter seconds the further calls past the cap may take, all together (a decode
+# call at L = 8191 costs seconds; an 8191-row rmsnorm ~60 s on 2 cores, so that one is stated instead): a fast
+# machine goes further than the floor
 
 
 def _need_mb(spec: OpSpec, shape: dict, dtype) -> float:
@@ -510,10 +514,21 @@ def _past_cap(runner: _Runner, planned, cover: Cover, dim: str) -> tuple[list[di
     return crossings, [s for s in octaves if s not in crossings]
 
 
+def _greedy(calls: dict[str, dict], price, budget: float, taken: list[str]) -> list[str]:
+    """`taken`, then each other call in order whose price still fits `budget` with the ones taken before it."""
+    out, spent = list(taken), sum(price(calls[k]) for k in taken)
+    for key, s in calls.items():
+        if key not in out and spent + price(s) <= budget:
+            spent += price(s)
+            out.append(key)
+    return out
+
+
 def _reach(runner: _Runner, planned, skipped: dict[str, str], slots: list, cover: Cover) -> dict:
     """Calls past the plan's cap (the interpreter's row cap) up to production's maximum of the range dimension, each
-    one case, as far as their estimated times (the candidate's measured speed) fit REACH_BUDGET_S together and each
-    fits the sandbox's memory (_past_cap's order; one that does not fit is passed over, cheaper ones still run): a
+    one case: as far as their work fits REACH_WORK together (the same calls on any machine, under any load), then
+    further as far as their estimated times (the candidate's measured speed) fit REACH_BUDGET_S; each within the
+    sandbox's memory (_past_cap's order; one that does not fit is passed over, cheaper ones still run): a
     kernel right up to the cap and wrong past it (a fixed number of key blocks, StreamingLLM-style sinks plus a
     window, a threshold in arithmetic) is then judged where production goes. What was vouched for, and the
     thresholds' sizes left unchecked, are stated in the verdict. {} where there is no gap to close."""
@@ -534,8 +549,11 @@ def _reach(runner: _Runner, planned, skipped: dict[str, str], slots: list, cover
     if big is None:
         return {}
 
+    def work(s: dict) -> float:  # in units of the costliest call measured
+        return schedule.cost(spec, s) / max(schedule.cost(spec, runner.shape_of[big]), 1)
+
     def est_s(s: dict) -> float:
-        return runner.call_s[big] * schedule.cost(spec, s) / max(schedule.cost(spec, runner.shape_of[big]), 1)
+        return runner.call_s[big] * work(s)
 
     # the job holds the inputs and outputs several times over (guard-byte copies, the saved outputs, the result
     # frame) on top of torch and Triton: within the sandbox's memory or not made (a failure would be a verdict)
@@ -543,11 +561,9 @@ def _reach(runner: _Runner, planned, skipped: dict[str, str], slots: list, cover
     crossings, octaves = _past_cap(runner, planned, cover, dim)
     known = {json_shape(s) for s in shapes}
     wanted = {json_shape(s): s for s in [*crossings, *octaves, shape] if json_shape(s) not in known}
-    done, spent = [], 0.0
-    for key, s in wanted.items():
-        if spent + est_s(s) <= REACH_BUDGET_S and _need_mb(spec, s, planned[0][1]) <= runner.limits.memory_mb:
-            spent += est_s(s)
-            done.append(key)
+    fits = {k: s for k, s in wanted.items() if _need_mb(spec, s, planned[0][1]) <= runner.limits.memory_mb}
+    done = _greedy(fits, work, REACH_WORK, [])
+    done = [k for k in fits if k in _greedy(fits, est_s, REACH_BUDGET_S, done)]
     if done:
         cases = [(wanted[k], planned[0][1], "mixed", schedule.SINGLE) for k in done]
         run_chunks(runner, _chunked(runner, cases, skipped, len(slots), len(planned) + runner.steered), slots)

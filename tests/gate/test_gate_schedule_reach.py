@@ -135,3 +135,32 @@ def test_a_numeric_failure_names_the_written_argument_and_the_scalars():
         "output 1 (residual): max error 2.86 vs bound"
     assert judge._named("output 2: max error", ["x"]) == "output 2: max error"
     assert judge._scalars({"x": torch.zeros(1), "eps": 1.234567e-5, "n": 7}) == " (eps=1.235e-05, n=7)"
+
+
+def test_the_calls_past_the_cap_do_not_depend_on_this_machines_speed(monkeypatch):
+    """rmsnorm/tail_one_row was accepted on a loaded CI machine: the calls past the interpreter's cap were chosen by
+    their estimated seconds alone, so a machine four times slower made none. The floor (numeric.REACH_WORK) is in
+    work: the same calls at any measured speed; the time budget only adds calls on a fast machine."""
+    from types import SimpleNamespace
+    spec = get("rmsnorm")
+    planned = numeric.plan(spec, None, None, None, 0, 1024, set())
+    big = max((p[0] for p in planned), key=lambda s: schedule.cost(spec, s))
+    made: list[list] = []
+    monkeypatch.setattr(numeric, "_chunked", lambda runner, cases, *a: cases)
+    monkeypatch.setattr(numeric, "run_chunks", lambda runner, chunks, slots: made.append(chunks))
+
+    def reached(seconds_at_cap: float) -> list[int]:
+        made.clear()
+        runner = SimpleNamespace(spec=spec, seed=0, shape_of={"big": big}, call_s={"big": seconds_at_cap},
+                                 limits=SimpleNamespace(memory_mb=1 << 20), steered=0)
+        cover = numeric.Cover(0, 1024, 2048, frozenset())
+        out = numeric._reach(runner, planned, {}, [], cover)
+        assert out["past_cap_checked"] + ([out["rows"]] if out["checked"] else []) == \
+            sorted(s["M"] for s, *_ in (made[0] if made else []))
+        return sorted(s["M"] for s, *_ in (made[0] if made else []))
+
+    idle, loaded = reached(7.5), reached(600.0)
+    assert loaded and loaded == idle, (idle, loaded)  # the octave (1024, 2048] and production's maximum both times
+    assert max(loaded) > 2048 - 128 and any(1024 < m < 2048 and m % numeric.TAIL_BLOCK == 1 for m in loaded), loaded
+    monkeypatch.setattr(numeric, "REACH_WORK", 0.0)
+    assert reached(600.0) == [], "without the floor a slow machine makes none (the CI failure)"
