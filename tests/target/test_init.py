@@ -10,6 +10,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from toy_checkout import write_tree
 
 from autokernel.cli.init import init_command
 from autokernel.errors import UserError
@@ -110,11 +111,8 @@ def build_none():
 
 
 def toy(root: Path) -> Path:
-    for rel, text in {"toy/__init__.py": "", "toy/ops/__init__.py": "", "toy/ops/add.py": ADD,
-                      "toy/ops/scale.py": SCALE, "toy/engine.py": ENGINE}.items():
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        (root / rel).write_text(textwrap.dedent(text))
-    return root
+    return write_tree(root, {"toy/__init__.py": "", "toy/ops/__init__.py": "", "toy/ops/add.py": ADD,
+                            "toy/ops/scale.py": SCALE, "toy/engine.py": ENGINE})
 
 
 def snapshot(root: Path) -> dict:

@@ -8,10 +8,10 @@ import os
 import shutil
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
+from toy_checkout import write_tree
 
 from autokernel.errors import UserError
 from autokernel.policy import for_checkout
@@ -90,10 +90,7 @@ def toy(root: Path, declaration: str = DECL) -> Path:
     files = {"toy/__init__.py": "", "toy/ops/__init__.py": "", "toy/engine.py": ENGINE, decl.NAME: declaration}
     for name, op in (("add", "+"), ("mul", "*"), ("sub", "-")):
         files[f"toy/ops/{name}.py"] = KERNEL.format(name=name, op=op)
-    for rel, text in files.items():
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        (root / rel).write_text(textwrap.dedent(text))
-    return root
+    return write_tree(root, files)
 
 
 def snapshot(root: Path) -> dict:

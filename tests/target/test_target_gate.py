@@ -11,6 +11,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from toy_checkout import write_tree
 
 from autokernel.cli.verify import verify_command
 from autokernel.policy import Policy, for_checkout
@@ -90,11 +91,8 @@ reference = "toyt.reference:norm"
 
 
 def checkout(root: Path, declaration: str = DECLARATION) -> Path:
-    for rel, text in {"toyt/__init__.py": "", "toyt/ops/__init__.py": "", "toyt/ops/norm.py": NORM,
-                      "toyt/reference.py": REFERENCE, "toyt/engine.py": ENGINE, decl.NAME: declaration}.items():
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        (root / rel).write_text(textwrap.dedent(text))
-    return root
+    return write_tree(root, {"toyt/__init__.py": "", "toyt/ops/__init__.py": "", "toyt/ops/norm.py": NORM,
+                            "toyt/reference.py": REFERENCE, "toyt/engine.py": ENGINE, decl.NAME: declaration})
 
 
 @pytest.fixture(autouse=True)

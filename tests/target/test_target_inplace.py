@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from toy_checkout import write_tree
 
 from autokernel.policy import Policy
 from autokernel.target import declaration as decl
@@ -109,11 +110,8 @@ reference = { norm = "toyi.reference:norm", add_norm = "toyi.reference:add_norm"
 
 
 def checkout(root: Path) -> Path:
-    for rel, text in {"toyi/__init__.py": "", "toyi/ops/__init__.py": "", "toyi/ops/norm.py": NORM,
-                      "toyi/reference.py": REFERENCE, "toyi/engine.py": ENGINE, decl.NAME: DECLARATION}.items():
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        (root / rel).write_text(textwrap.dedent(text))
-    return root
+    return write_tree(root, {"toyi/__init__.py": "", "toyi/ops/__init__.py": "", "toyi/ops/norm.py": NORM,
+                            "toyi/reference.py": REFERENCE, "toyi/engine.py": ENGINE, decl.NAME: DECLARATION})
 
 
 @pytest.fixture(autouse=True)

@@ -12,6 +12,7 @@ import pytest
 from test_target_gate import ENGINE as NORM_ENGINE
 from test_target_gate import NORM
 from test_target_gate import REFERENCE as NORM_REFERENCE
+from toy_checkout import write_tree
 
 from autokernel.cli.verify import verify_command
 from autokernel.policy import Policy
@@ -67,11 +68,8 @@ reference = "toyl.reference:norm"
 
 
 def checkout(root: Path, declaration: str) -> Path:
-    for rel, text in {"toyl/__init__.py": "", "toyl/ops/__init__.py": "", "toyl/ops/pair.py": OPS,
-                      "toyl/reference.py": REFERENCE, "toyl/engine.py": ENGINE, decl.NAME: declaration}.items():
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        (root / rel).write_text(textwrap.dedent(text))
-    return root
+    return write_tree(root, {"toyl/__init__.py": "", "toyl/ops/__init__.py": "", "toyl/ops/pair.py": OPS,
+                            "toyl/reference.py": REFERENCE, "toyl/engine.py": ENGINE, decl.NAME: declaration})
 
 
 @pytest.fixture(autouse=True)

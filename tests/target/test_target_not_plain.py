@@ -4,10 +4,10 @@ CustomOpDef). `init` wrote them into `launchers` and `profile` then refused the 
 its module; fix the engine". Now init declares only plain functions, writes "TODO" with a comment saying what to
 declare where none is left, and profile's refusal names every such launcher and what a launcher is
 (autokernel/target/launches.py, NOT_PLAIN)."""
-import textwrap
 from pathlib import Path
 
 import pytest
+from toy_checkout import write_tree
 
 from autokernel.cli.init import init_command
 from autokernel.errors import UserError
@@ -82,12 +82,9 @@ def build():
 
 
 def toy(root: Path) -> Path:
-    for rel, text in {"toyn/__init__.py": "", "toyn/ops/__init__.py": "", "toyn/ops/scale.py": KERNELS,
-                      "toyn/ops/custom.py": CUSTOM, "toyn/engine.py": ENGINE,
-                      decl.NAME: '[engine]\nbuild = "toyn.engine:build"\n'}.items():
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        (root / rel).write_text(textwrap.dedent(text))
-    return root
+    return write_tree(root, {"toyn/__init__.py": "", "toyn/ops/__init__.py": "", "toyn/ops/scale.py": KERNELS,
+                            "toyn/ops/custom.py": CUSTOM, "toyn/engine.py": ENGINE,
+                            decl.NAME: '[engine]\nbuild = "toyn.engine:build"\n'})
 
 
 @pytest.fixture(autouse=True)

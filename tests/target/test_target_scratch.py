@@ -10,6 +10,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from toy_checkout import write_tree
 
 from autokernel.errors import UserError
 from autokernel.policy import Policy
@@ -100,12 +101,9 @@ reference = "toys.reference:split_norm"
 
 
 def checkout(root: Path, outputs: str) -> Path:
-    for rel, text in {"toys/__init__.py": "", "toys/ops/__init__.py": "", "toys/ops/split_norm.py": SPLIT_NORM,
-                      "toys/reference.py": REFERENCE, "toys/engine.py": ENGINE,
-                      decl.NAME: DECLARATION + (f"outputs = {outputs}\n" if outputs else "")}.items():
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        (root / rel).write_text(textwrap.dedent(text))
-    return root
+    return write_tree(root, {"toys/__init__.py": "", "toys/ops/__init__.py": "", "toys/ops/split_norm.py": SPLIT_NORM,
+                            "toys/reference.py": REFERENCE, "toys/engine.py": ENGINE,
+                            decl.NAME: DECLARATION + (f"outputs = {outputs}\n" if outputs else "")})
 
 
 @pytest.fixture(autouse=True)
