@@ -251,11 +251,24 @@ def _why_import(mod: str) -> str:
 
 # --- module-level definitions -----------------------------------------------------------------------------------------
 
+def _launcher_decorators(fn: ast.FunctionDef, facts: Facts) -> None:
+    """A target's launcher under decorators (vLLM's `@torch.inference_mode()` on its attention launchers): each is a
+    finding keyed on the launcher's name and the decorator's whole expression, so only the incumbent's own decorators
+    of that very launcher, verbatim, are excused (static.excused); the body is checked as any launcher's."""
+    for d in fn.decorator_list:
+        facts.findings.append(Finding("static.signature", d.lineno, f"the launcher {fn.name} is decorated "
+                                      f"(@{ast.unparse(d)[:60]}): only the incumbent's own decorators of it, "
+                                      "verbatim", f"decorator {fn.name} {ast.dump(d)}"))
+
+
 def _check_def(fn: ast.FunctionDef, facts: Facts) -> None:
     if fn.decorator_list:
         if static_kernel.is_jit(fn.decorator_list[-1], facts):
             facts.jit[fn.name] = fn
             static_decorators.check_decorators(fn, facts)
+        elif (fn.name in facts.reference or fn.name == facts.op) and facts.relative:
+            _launcher_decorators(fn, facts)
+            facts.launchers[fn.name] = fn
         elif fn.name in facts.reference or fn.name == facts.op:
             facts.add("static.signature", fn, f"the launcher {fn.name} is decorated; it must be a plain function")
         else:
@@ -362,13 +375,20 @@ def _incumbent(path: Path) -> ast.Module | None:
     return static_common.parse(path.read_text()) if path.is_file() else None
 
 
+def _triton_decorator(d: ast.expr) -> bool:
+    """`@triton.jit`, `@triton.autotune(...)`, `@triton.heuristics(...)` (by name): a kernel, not a launcher."""
+    f = d.func if isinstance(d, ast.Call) else d
+    return (f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", "")) in ("jit", "autotune", "heuristics")
+
+
 def _reference(op: str, incumbent: ast.Module | None) -> dict[str, dict]:
     """The public launcher(s) of the incumbent kernels/<op>.py: name -> parameters; else the op spec's reference
     function's signature; else nothing (then only the name is checked)."""
     if incumbent is not None:
         out = {}
         for node in incumbent.body:
-            if isinstance(node, ast.FunctionDef) and not node.decorator_list and not node.name.startswith("_"):
+            if isinstance(node, ast.FunctionDef) and not node.name.startswith("_") and not any(
+                    _triton_decorator(d) for d in node.decorator_list):
                 out[node.name] = _params(node)
         if out:
             return out

@@ -14,6 +14,7 @@ overhead, so shares mean the same on both.
 from __future__ import annotations
 
 import importlib
+import inspect
 import os
 import sys
 import time
@@ -53,6 +54,14 @@ def _describe(value):
     return ("other", type(value).__name__)
 
 
+
+def _unwrapped(obj):
+    """obj with its __wrapped__ chain followed (inspect.unwrap), or obj where the chain is a cycle."""
+    try:
+        return inspect.unwrap(obj)
+    except ValueError:
+        return obj
+
 class LaunchHook:
     """Records launches while `active`; `groups` is the result, keyed by (kernel file, kernel, site file, site)."""
 
@@ -86,9 +95,11 @@ class LaunchHook:
                 nparams = code.co_argcount + code.co_kwonlyargcount
                 qualname = getattr(code, "co_qualname", code.co_name)
                 # a launcher the gate can call: the module's own name for this function (not a method, a nested
-                # function, or one a decorator such as torch.library.custom_op replaced in the module)
-                plain = qualname == code.co_name and getattr(frame.f_globals.get(code.co_name), "__code__", None) \
-                    is code
+                # function, or one a decorator such as torch.library.custom_op replaced in the module); a wrapping
+                # decorator that keeps the function as __wrapped__ (@torch.inference_mode(), functools.wraps) is
+                # the function still, called through its wrapper
+                plain = qualname == code.co_name and getattr(_unwrapped(frame.f_globals.get(code.co_name)),
+                                                             "__code__", None) is code
                 return {"file": rel, "function": qualname, "def_line": code.co_firstlineno, "line": frame.f_lineno,
                         "params": list(code.co_varnames[:nparams]), "plain": plain}
             frame = frame.f_back

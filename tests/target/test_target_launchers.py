@@ -179,3 +179,60 @@ def test_a_launch_inside_a_declared_launcher_is_reached(tmp_path):
     with pytest.raises(Exception, match="launches _scale_kernel from _scale_launch") as e:
         target_gate.record(root, d, d.ops["pair"], Policy(), tmp_path / "w1")
     assert type(e.value).__name__ == "UserError"
+
+
+DECORATED = OPS.replace("\ndef scale(x, s):", "\n@torch.inference_mode()\ndef scale(x, s):")
+RETUNED = ("BLOCK=64)", "BLOCK=128)")  # an honest launch-knob change in `scale`
+
+
+def _static(tmp_path: Path, incumbent: str, cand: str):
+    from autokernel.gate import static
+    inc = tmp_path / "inc" / "pair.py"
+    inc.parent.mkdir(exist_ok=True)
+    inc.write_text(textwrap.dedent(incumbent))
+    return static.check_source(textwrap.dedent(cand).encode(), "scale", inc, relative=True)
+
+
+@pytest.mark.parametrize("cand,passes", [
+    (DECORATED.replace(*RETUNED), True),  # the incumbent's own decorator, verbatim, on a retuned launcher
+    (DECORATED.replace(*RETUNED).replace("@torch.inference_mode()\n", "@torch.inference_mode(False)\n"), False),
+    (DECORATED.replace(*RETUNED).replace("@torch.inference_mode()\n", "@torch.no_grad()\n"), False),
+    (DECORATED.replace("@torch.inference_mode()\n", "").replace("\ndef norm(", "\n@torch.inference_mode()\ndef norm("),
+     False),  # moved to the other launcher
+    (DECORATED.replace("@torch.inference_mode()\n", "@torch.inference_mode()\n@torch.inference_mode()\n"), False),
+])
+def test_a_launchers_decorators_are_the_incumbents_verbatim(tmp_path, cand, passes):
+    """vLLM decorates launchers (`@torch.inference_mode()` on its prefix-prefill attention): any rewrite of such a
+    file was refused, the whole decorated def being one finding the incumbent excused only unchanged. Each decorator
+    is now its own finding, keyed on the launcher and the expression: kept verbatim on the same launcher it is
+    excused, and nothing else is (another argument, another decorator, another launcher, one more)."""
+    assert cand != DECORATED
+    r = _static(tmp_path, DECORATED, cand)
+    assert r.passed == passes, r.detail
+    if not passes:
+        assert r.reason == "static.signature" and "is decorated" in r.detail, r.detail
+
+
+def test_a_decorated_launcher_is_still_refused_in_autokernels_own_kernels(tmp_path):
+    """The embedded ops' grammar is unchanged: a launcher is a plain function (no incumbent to excuse it)."""
+    from autokernel.gate import static
+    inc = tmp_path / "pair.py"
+    inc.write_text(textwrap.dedent(OPS))
+    found = static.find(textwrap.dedent(DECORATED).encode(), "scale", inc, relative=False)
+    assert "the launcher scale is decorated; it must be a plain function" in [f.detail for f in found], found
+
+
+def test_a_retuned_decorated_launcher_is_gated_whole(tmp_path):
+    """End to end on the toy: the retuned decorated `scale` passes every launcher's stages; the same file wrong in
+    `scale` is still judged (and rejected) there: the decorator does not take the launcher out of the gate."""
+    root = checkout(tmp_path / "co", BOTH)
+    (root / "toyl/ops/pair.py").write_text(textwrap.dedent(DECORATED))
+    policy = Policy.model_validate({"gate": {"max_rows": 1024}})
+    good = tmp_path / "good.py"
+    good.write_text(textwrap.dedent(DECORATED.replace(*RETUNED).replace("x.numel(), 64)", "x.numel(), 128)")))
+    v = target_gate.verify(root, "pair", good, policy=policy, seed=7, stages=[])
+    assert v.accepted, (v.reason, v.detail)
+    bad = tmp_path / "bad.py"
+    bad.write_text(textwrap.dedent(DECORATED.replace(*WRONG_SCALE)))
+    v = target_gate.verify(root, "pair", bad, policy=policy, seed=7, stages=[])
+    assert v.failure.reason == "numeric.mismatch" and v.failure.detail.startswith("scale: "), v.failure.detail
