@@ -104,6 +104,44 @@ def read_text(path: str | Path, root: str | Path, limit: int = MAX_FILE_BYTES) -
         raise UserError(f"{path}: not UTF-8 text (byte offset {e.start})") from None
 
 
+def write_outputs(out: str | Path, files: dict[str, str], roots: tuple[Path, ...] = ()) -> None:
+    """Write `files` (name -> text) into the directory `out` (made if missing) without following a link the checkout
+    may have planted: a nightly's default --out is inside the checkout, whose committed `autokernel-nightly/pr.md`
+    could be a link to ~/.bashrc. Below the current directory and below each of `roots` (the checkout), no part of
+    `out` may be a symbolic link, and each file is opened with O_NOFOLLOW as a regular file: else UserError (exit 2)
+    naming the path. A directory the user names outside them is theirs to point where they like."""
+    path = Path(os.path.abspath(out))
+    bases = [Path.cwd().resolve(), *(Path(os.path.abspath(r)) for r in roots)]
+    for base in bases:
+        if not path.is_relative_to(base):
+            continue
+        part = base
+        for name in path.relative_to(base).parts:
+            part = part / name
+            if part.is_symlink():
+                raise UserError(f"{part}: refused: a symbolic link where autokernel writes its report (--out); "
+                                "remove it or choose another --out")
+            if not part.exists():
+                part.mkdir()
+    path.mkdir(parents=True, exist_ok=True)
+    dfd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        for name, text in files.items():
+            try:
+                fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644,
+                             dir_fd=dfd)
+            except OSError as e:
+                raise UserError(f"{path / name}: refused: cannot write the report there ({e.strerror}: a symbolic "
+                                "link or not a file); remove it or choose another --out") from None
+            with os.fdopen(fd, "w") as f:
+                if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                    raise UserError(f"{path / name}: refused: not a regular file; remove it or choose another --out")
+                f.truncate(0)
+                f.write(text)
+    finally:
+        os.close(dfd)
+
+
 _PARSE_LOCK = threading.Lock()
 
 

@@ -584,17 +584,17 @@ def pull_request(ctx: Context, o: OpOutcome, token: str, api: str) -> str:
 
 
 def write_nightly(out: Path, progress: Progress, prs: list[str], failure: BaseException | None,
-                  console: Console) -> None:
-    """--out/summary.json and --out/pr.md, whatever happened; `failure` is what stopped the run (None: it ended)."""
+                  console: Console, roots: tuple[Path, ...] = ()) -> None:
+    """--out/summary.json and --out/pr.md, whatever happened; `failure` is what stopped the run (None: it ended).
+    Never through a link planted below the current directory or the checkout `roots` (paths.write_outputs)."""
     state, outcomes = progress.state, progress.outcomes
     error = None if failure is None else line(failure if isinstance(failure, UserError) else
                                               f"{type(failure).__name__}: {failure}".rstrip(": "), 300)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "pr.md").write_text(nightly_report(state, outcomes, error))
-    (out / "summary.json").write_text(json.dumps({
+    summary = json.dumps({
         "run_dir": state and str(state.run_dir), "trace": state and state.trace, "device": device.fingerprint(),
         "outcomes": [o.__dict__ for o in outcomes], "skipped": state.skipped if state else {},
-        "pull_requests": prs, "error": error}, indent=1, default=str))
+        "pull_requests": prs, "error": error}, indent=1, default=str)
+    paths.write_outputs(out, {"pr.md": nightly_report(state, outcomes, error), "summary.json": summary}, roots)
     committed = sum(o.status == "committed" for o in outcomes)
     console.print(f"nightly: {committed} commit(s); wrote {out / 'summary.json'} and {out / 'pr.md'}", soft_wrap=True,
                   markup=False)

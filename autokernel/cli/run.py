@@ -133,7 +133,7 @@ def _nightly_target(root: Path, op: str | None, agent, model, base_url, policy_f
         error = line(e, 1000)
         console.print(f"autokernel nightly: error: {error}", markup=False)
     finally:
-        target_run.write_nightly(out, outcomes, prs, error)
+        target_run.write_nightly(out, outcomes, prs, error, root)
     target_run.show(console, outcomes)
     console.print(f"nightly: {sum(o.status == 'committed' for o in outcomes)} commit(s); wrote {out / 'summary.json'} "
                   f"and {out / 'pr.md'}", markup=False, soft_wrap=True)
@@ -225,7 +225,7 @@ def nightly_cmd(
         failure = e
         raise
     finally:
-        run.write_nightly(out, progress, prs, failure, console)
+        run.write_nightly(out, progress, prs, failure, console, (repo,) if repo else ())
         if isinstance(failure, KeyboardInterrupt):
             raise typer.Exit(interrupted(progress)) from None
     if run.model_errors(console, progress.outcomes):

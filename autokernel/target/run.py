@@ -356,13 +356,13 @@ def show(console, outcomes: list[TargetOutcome]) -> None:
                       + f": {o.detail}", markup=False, soft_wrap=True)
 
 
-def write_nightly(out: Path, outcomes: list[TargetOutcome], prs: list[str], error: str | None) -> None:
-    """--out/summary.json and --out/pr.md: the wins' commit messages as PR bodies, else why there is none."""
+def write_nightly(out: Path, outcomes: list[TargetOutcome], prs: list[str], error: str | None, root: Path) -> None:
+    """--out/summary.json and --out/pr.md: the wins' commit messages as PR bodies, else why there is none (never
+    through a link the checkout `root` planted: paths.write_outputs)."""
     from dataclasses import asdict
 
     from autokernel import device
     from autokernel.untrusted import fenced, inert
-    out.mkdir(parents=True, exist_ok=True)
     wins = [f"# {o.message}" for o in outcomes if o.status == "committed" and o.message]
     if wins:
         report = "\n\n---\n\n".join(wins)
@@ -373,8 +373,7 @@ def write_nightly(out: Path, outcomes: list[TargetOutcome], prs: list[str], erro
         what = "already delivered" if outcomes and all(o.status == "already_delivered" for o in outcomes) else \
             "no improvement"
         report = f"# autokernel nightly: {what}\n\n{fenced(rows or 'no declared op was tried')}\n"
-    (out / "pr.md").write_text(report)
-    (out / "summary.json").write_text(json.dumps({"target": True, "device": device.fingerprint(),
-                                                  "outcomes": [asdict(o) for o in outcomes], "pull_requests": prs,
-                                                  "error": error}, indent=1, default=str))
+    summary = json.dumps({"target": True, "device": device.fingerprint(), "outcomes": [asdict(o) for o in outcomes],
+                          "pull_requests": prs, "error": error}, indent=1, default=str)
+    paths.write_outputs(out, {"pr.md": report, "summary.json": summary}, (root,))
 

@@ -61,3 +61,45 @@ def test_a_delivery_waiting_on_a_branch_is_not_redone(tmp_path):
     assert "# autokernel nightly: already delivered" in (tmp_path / "out" / "pr.md").read_text()
     assert "autokernel/2026-01-01-norm" in (tmp_path / "out" / "pr.md").read_text()
     assert sorted(h.name for h in repo.heads) == before and repo.head.commit == base
+
+
+def test_the_report_is_never_written_through_a_link_the_checkout_ships(tmp_path):
+    """A checkout committing autokernel-nightly/pr.md as a link to ~/.bashrc (the default --out, run in the checkout
+    as CI does): the report overwrote the link's target, and its text ran at the user's next shell. Now exit 2
+    naming the link, the target untouched; the same with the directory itself a link, and with a FIFO."""
+    victim = tmp_path / "home" / ".bashrc"
+    victim.parent.mkdir()
+    victim.write_text("# mine\n")
+    root = checkout(tmp_path / "co", DECLARATION + "protected = true\n")
+    (root / "autokernel-nightly").mkdir()
+    (root / "autokernel-nightly" / "pr.md").symlink_to(victim)
+    repo = committed(root)
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache"), "AUTOKERNEL_CONFIG": ""}
+    r = subprocess.run(CLI + ["nightly", "--agent", "search"], cwd=root, capture_output=True, text=True, timeout=600,
+                       env=env)
+    assert r.returncode == 2 and "pr.md: refused" in r.stderr + r.stdout, r.stdout + r.stderr
+    assert victim.read_text() == "# mine\n" and (root / "autokernel-nightly" / "pr.md").is_symlink()
+    assert not repo.is_dirty(untracked_files=True)
+
+    from autokernel import paths
+    from autokernel.errors import UserError
+    linked = tmp_path / "co2"
+    linked.mkdir()
+    (linked / "out").symlink_to(victim.parent)
+    for out, files in ((linked / "out", {"pr.md": "x"}), (linked / "out" / "deeper", {"pr.md": "x"})):
+        try:
+            paths.write_outputs(out, files, (linked,))
+            raise AssertionError(f"{out}: written through a link")
+        except UserError as e:
+            assert "symbolic link" in str(e), e
+    fifo_dir = linked / "real"
+    fifo_dir.mkdir()
+    os.mkfifo(fifo_dir / "pr.md")
+    try:
+        paths.write_outputs(fifo_dir, {"pr.md": "x"}, (linked,))
+        raise AssertionError("written into a FIFO")
+    except UserError as e:
+        assert "refused" in str(e) and "not a" in str(e), e
+    assert sorted(p.name for p in victim.parent.iterdir()) == [".bashrc"] and victim.read_text() == "# mine\n"
+    paths.write_outputs(linked / "fresh" / "dir", {"pr.md": "ok"}, (linked,))  # made as needed
+    assert (linked / "fresh" / "dir" / "pr.md").read_text() == "ok"
