@@ -222,6 +222,12 @@ class Layout:
         """The text of kernels/<op>.py (kernel_file's checks, then read_python's: it must parse)."""
         return read_python(self.kernel_file(op), self.root)
 
+    @property
+    def foreign(self) -> bool:
+        """A checkout other than the installed project: its kernels/ are someone else's code (trust rule 6), so its
+        jobs need full isolation like a target's (sandbox.preflight untrusted_author)."""
+        return self.root.resolve() != INSTALLED.resolve()
+
     def checked_kernels(self) -> Path:
         """kernels/, once every kernels/*.py in it is a regular file inside the checkout (the gate's end-to-end
         stage and a Ray cluster read them all); UserError (exit 2) naming the first that is not."""

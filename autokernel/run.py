@@ -483,7 +483,7 @@ def context(*, layout: paths.Layout, policy: policy_mod.Policy, agent, model, ba
         if settings.model is None and settled:  # the model the probe listed: not listed again (make_model, workers)
             settings = settings.model_copy(update={"model": settled})
     if make_evaluator is None:
-        sandbox.preflight(policy.sandbox, untrusted_author=nightly or settings.provider != "search")
+        sandbox.preflight(policy.sandbox, untrusted_author=nightly or settings.provider != "search" or layout.foreign)
     remote = cluster_mod.connect(cluster, policy)  # None: this machine's slots
     model = llm or make_model(settings, seed=0, bench=policy.bench)
     from autokernel.bench import engine_ab

@@ -144,6 +144,8 @@ def run_session(op: str, agent: str | None = None, model: str | None = None, bas
     run_dir = Path(run_dir) if run_dir else layout.run_dir("agent", op, settings.provider)
     the_model = llm or make_model(settings, seed, bench=policy.bench)
     if evaluator is None:
+        from autokernel import sandbox  # a model's candidates, another checkout's kernels: trust rules 3 and 6
+        sandbox.preflight(policy.sandbox, untrusted_author=settings.provider != "search" or layout.foreign)
         evaluator = SandboxEvaluator(run_dir, policy, trace=trace, layout=layout)
         ledger = ledger or Ledger.of(layout, policy=policy)
     result, _ = start(op, settings, the_model, evaluator, run_dir, trace=trace, kernel_file=kernel_file, echo=echo,

@@ -71,6 +71,8 @@ def bench_command(op: str, candidates: list[Path], trace: Path | None, as_json: 
         if policy is None:
             policy = policy_mod.for_checkout(layout.root, policy_file, policy_mod.flags(),
                                              uses=policy_mod.RUNS_CODE)
+        from autokernel import sandbox
+        sandbox.preflight(policy.sandbox, untrusted_author=layout.foreign)  # another checkout's kernels: rule 6
         refused = refusals(op, candidates, incumbent, policy)
         if refused:
             print_refused(op, refused, as_json)

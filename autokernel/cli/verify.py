@@ -46,6 +46,8 @@ def verify_command(op: str, candidate: Path, trace: Path | None = None, seed: in
         if os.path.lexists(layout.kernels / f"{op}.py"):
             paths.read_python(layout.kernels / f"{op}.py", layout.root)
             kernels_dir = layout.checked_kernels()
+        from autokernel import sandbox
+        sandbox.preflight(policy.sandbox, untrusted_author=layout.foreign)  # another checkout's kernels: rule 6
         from autokernel.cluster import executor
         verify = executor(cluster, policy).verify  # gate.verify itself, or the same run as a Ray task
         v = verify(op, candidate, shapes=shapes, seed=seed, policy=policy, kernels_dir=kernels_dir,

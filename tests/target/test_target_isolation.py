@@ -62,3 +62,37 @@ def test_the_users_own_policy_can_opt_out(hostile, tmp_path):
                        text=True, timeout=300, env=_no_bwrap_env(tmp_path), cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-2000:]
     assert marker.exists() and "WEAKER isolation" in r.stderr
+
+
+@pytest.fixture
+def own_layout(tmp_path):
+    """A checkout in autokernel's own layout (kernels/<op>.py, no autokernel.toml) whose rmsnorm runs a payload at
+    import: someone else's kernels, as untrusted as a target's."""
+    from autokernel.paths import INSTALLED
+    root = tmp_path / "co"
+    (root / "kernels").mkdir(parents=True)
+    for f in (INSTALLED / "kernels").glob("*.py"):
+        shutil.copy(f, root / "kernels" / f.name)
+    marker = tmp_path / "imported"
+    kernel = root / "kernels" / "rmsnorm.py"
+    kernel.write_text(IMPORTED.format(marker=str(marker)) + kernel.read_text())
+    for args in (["init", "-q"], ["add", "-A"], ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "co"]):
+        subprocess.run(["git", *args], cwd=root, check=True)
+    cand = tmp_path / "rmsnorm.py"
+    shutil.copy(INSTALLED / "kernels" / "rmsnorm.py", cand)
+    return root, marker, cand
+
+
+@pytest.mark.parametrize("command", ["bench rmsnorm CAND", "verify rmsnorm CAND", "agent rmsnorm --agent search",
+                                     "run --agent search --op rmsnorm --yes"])
+def test_a_checkout_in_autokernels_own_layout_is_refused_too(own_layout, tmp_path, command):
+    """Run in such a checkout (its kernels/ the incumbent, the end-to-end engine's other ops), bench, verify, agent
+    and run --agent search only warned and ran its kernels as a plain subprocess (the payload read the parent's
+    OPENAI_API_KEY from /proc). Now exit 2 like a target's, before any of its code runs."""
+    root, marker, cand = own_layout
+    args = [a.replace("CAND", str(cand)) for a in command.split()]
+    r = subprocess.run(CLI + args, capture_output=True, text=True, timeout=300, env=_no_bwrap_env(tmp_path), cwd=root)
+    assert r.returncode == 2, (r.returncode, r.stdout[-2000:], r.stderr[-2000:])
+    said = r.stderr + r.stdout
+    assert "refusing to run untrusted code" in said and "bubblewrap" in said, said
+    assert not marker.exists()
