@@ -16,6 +16,7 @@ from rich.console import Console
 
 from autokernel import run
 from autokernel.errors import UserError
+from autokernel.untrusted import line
 
 OUT_OF_TIME = 3  # the exit code of a run that left work for --resume (module doc)
 
@@ -84,7 +85,6 @@ def _run_target(root: Path, op: str | None, agent: str | None, model: str | None
     """`autokernel run --repo` on a target: exit 0 a win (committed, or accepted and not committed), 1 no
     improvement, 2 bad input or a model that could not be used."""
     from autokernel.target import run as target_run
-    from autokernel.untrusted import line
     try:
         ctx = _target_context(root, agent, model, base_url, policy_file, yes, console)
         outcomes = target_run.pipeline(ctx, root, op)
@@ -109,7 +109,6 @@ def _nightly_target(root: Path, op: str | None, agent, model, base_url, policy_f
 
     from autokernel import git as delivery
     from autokernel.target import run as target_run
-    from autokernel.untrusted import line
     outcomes: list[target_run.TargetOutcome] = []
     prs: list[str] = []
     error = None
@@ -122,7 +121,8 @@ def _nightly_target(root: Path, op: str | None, agent, model, base_url, policy_f
         for o in outcomes:
             if o.status != "committed" or not (push or open_pr):
                 continue
-            delivery.push(root, o.branch)
+            urls = delivery.push(root, o.branch)
+            console.print(f"pushed {o.branch} to {line(', '.join(urls), 300)}", markup=False, soft_wrap=True)
             if open_pr:
                 assert token is not None  # checked above: --open-pr needs GITHUB_TOKEN
                 base = delivery.git(root, "rev-parse", "--abbrev-ref", "HEAD")
@@ -220,7 +220,8 @@ def nightly_cmd(
                 prs.append(run.pull_request(ctx, o, token, github_api))
             elif push:
                 assert o.branch is not None  # a committed outcome names its branch (run.deliver)
-                delivery.push(ctx.layout.root, o.branch)
+                urls = delivery.push(ctx.layout.root, o.branch)
+                console.print(f"pushed {o.branch} to {line(', '.join(urls), 300)}", markup=False, soft_wrap=True)
     except BaseException as e:  # reported in the artifacts, then raised on (the CLI's exit code)
         failure = e
         raise

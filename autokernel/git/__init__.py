@@ -177,8 +177,23 @@ def toplevel(path: str | Path) -> Path:
                         "whose repository is not the checkout's; autokernel commits only into the checkout's own "
                         "repository (unset core.worktree)")
     _own_git_dir(root)
-    _no_links(mine, Path(git(root, "rev-parse", "--path-format=absolute", "--git-common-dir")).resolve())
+    common = Path(git(root, "rev-parse", "--path-format=absolute", "--git-common-dir")).resolve()
+    _no_links(mine, common)
+    _no_alternates(common)
     return root
+
+
+def _no_alternates(common: Path) -> None:
+    """UserError if the repository borrows objects from another (objects/info/alternates, a clone made with --shared
+    or --reference; http-alternates): a push sends whatever the pushed commits reach, so a checkout whose history
+    names a commit of another local repository of the user's had `--push` copy it, secrets and all, to the remote
+    the checkout chose."""
+    for name in ("alternates", "http-alternates"):
+        f = common / "objects" / "info" / name
+        if os.path.lexists(f):
+            raise UserError(f"{common}: objects/info/{name} borrows objects from another repository, which a push "
+                            "would send with the branch; clone the checkout without --shared/--reference (git clone "
+                            "--no-local PATH) and point autokernel at the clone")
 
 
 MAX_GIT_ENTRIES = 1_000_000  # a .git walked for links: past this many entries it is refused, not walked forever
@@ -334,16 +349,15 @@ def delivered(repo_path: str | Path, path: str, content: bytes | None, prefix: s
 
 
 def push(repo_path: str | Path, branch: str, remote: str = "origin", to: str | None = None,
-         lease: str | None = None) -> None:
+         lease: str | None = None) -> list[str]:
     """Push local `branch` to `to` (default: the same name) on `remote`; with `lease` (the sha the remote branch must
     still have), a forced update that fails if anyone else moved it since. git runs in a throwaway git dir (module
-    docstring): the user's config and environment, never the checkout's config or hooks."""
+    docstring): the user's config and environment, never the checkout's config or hooks. Returns the URLs pushed to."""
     root = toplevel(repo_path)
     to = to or branch
     force = [f"--force-with-lease=refs/heads/{to}:{lease}"] if lease else []
     common = Path(git(root, "rev-parse", "--path-format=absolute", "--git-common-dir"))
-    urls = _config(root, common / "config", f"remote.{remote}.pushurl") or _config(root, common / "config",
-                                                                                    f"remote.{remote}.url")
+    urls = push_urls(root, remote)
     if not urls:
         raise DeliveryError(f"{root}: no git remote {remote!r} to push to")
     targets = [_push_url(u, root) for u in urls]  # every URL checked before anything is pushed
@@ -362,6 +376,16 @@ def push(repo_path: str | Path, branch: str, remote: str = "origin", to: str | N
         for url, protocols, receive_pack in targets:
             git(gd, "push", "--no-verify", *force, *receive_pack, "--", url, f"refs/heads/{branch}:refs/heads/{to}",
                 env={**own, "GIT_ALLOW_PROTOCOL": protocols}, for_push=True, where=root)
+    return urls  # where it went, as the config names it (for the user to see)
+
+
+def push_urls(root: Path, remote: str = "origin") -> list[str]:
+    """The URLs a push to `remote` goes to, as the checkout's own config names them (pushurl, else url), read as
+    data: no includes, no insteadOf rewriting (which the checkout's config could aim anywhere). The pull request's
+    repository is read from the same URLs (github_slug), so the branch and the PR cannot go to different places."""
+    common = Path(git(root, "rev-parse", "--path-format=absolute", "--git-common-dir"))
+    return _config(root, common / "config", f"remote.{remote}.pushurl") or _config(root, common / "config",
+                                                                                    f"remote.{remote}.url")
 
 
 def _config(root: Path, file: Path, key: str) -> list[str]:
@@ -407,15 +431,21 @@ def _push_url(url: str, root: Path) -> tuple[str, str, list[str]]:
 
 
 def github_slug(repo_path: str | Path, remote: str = "origin") -> str:
-    """owner/name from the remote URL (https or ssh form)."""
-    try:
-        url = git(toplevel(repo_path), "remote", "get-url", remote)
-    except DeliveryError:
-        raise UserError(f"no git remote {remote!r} to open a pull request against") from None
-    m = re.search(r"[:/]([^/:]+)/([^/]+?)(?:\.git)?/?$", url)
-    if not m:
-        raise UserError(f"cannot read owner/name from remote URL {url!r}")
-    return f"{m.group(1)}/{m.group(2)}"
+    """owner/name of the repository the branch is pushed to (push_urls: https or ssh form), the one the pull request
+    is opened on; UserError when the push URLs name no such repository or more than one."""
+    urls = push_urls(toplevel(repo_path), remote)
+    if not urls:
+        raise UserError(f"no git remote {remote!r} to open a pull request against")
+    slugs = set()
+    for url in urls:
+        m = re.search(r"[:/]([^/:]+)/([^/]+?)(?:\.git)?/?$", url)
+        if not m:
+            raise UserError(f"cannot read owner/name from remote URL {line(url, 200)!r}")
+        slugs.add(f"{m.group(1)}/{m.group(2)}")
+    if len(slugs) > 1:
+        raise UserError(f"remote {remote!r} pushes to {len(slugs)} repositories ({', '.join(sorted(slugs))}); a "
+                        "pull request is opened on the one the branch goes to: leave one push URL")
+    return slugs.pop()
 
 
 def _github(method: str, url: str, token: str, payload: dict | None = None):

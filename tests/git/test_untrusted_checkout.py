@@ -279,3 +279,44 @@ def test_links_inside_the_git_dir_are_refused(tmp_path, env, link):
         delivery.commit_files(wd(repo), "autokernel/x", {"kernels/rmsnorm.py": "new\n"}, "m")
     assert "\n" not in str(e.value)
     assert list(outside.iterdir()) == [] and sorted(h.name for h in repo.heads) == ["main"]
+
+
+def test_a_checkout_borrowing_another_repositorys_objects_is_refused(tmp_path, env):
+    """objects/info/alternates pointing at another local repository of the user's, and a merge whose second parent is
+    that repository's commit (its id is all the attacker needs): `--push` copied the victim's secret to the
+    checkout's remote. Refused before any delivery (exit 2 naming the file); a checkout without it is taken."""
+    victim = make_repo(tmp_path / "victim")
+    (wd(victim) / "secret.txt").write_text("TOKEN\n")
+    victim.index.add(["secret.txt"])
+    secret = victim.index.commit("private", author=ACTOR, committer=ACTOR)
+    co = make_repo(tmp_path / "co")
+    info = Path(str(co.git_dir)) / "objects" / "info"
+    info.mkdir(parents=True, exist_ok=True)
+    (info / "alternates").write_text(str(Path(str(victim.git_dir)) / "objects") + "\n")
+    co = git.Repo(wd(co))  # a fresh object database that reads the alternates
+    merge = co.index.commit("merge", parent_commits=[co.head.commit, co.commit(secret.hexsha)], author=ACTOR,
+                            committer=ACTOR)
+    assert co.head.commit == merge
+    with pytest.raises(UserError, match="alternates borrows objects from another repository"):
+        delivery.toplevel(wd(co))
+    (info / "alternates").unlink()
+    assert delivery.toplevel(wd(make_repo(tmp_path / "clean"))) == (tmp_path / "clean").resolve()
+
+
+def test_the_pull_request_goes_where_the_branch_is_pushed(tmp_path, env):
+    """url = the victim's GitHub repository (rewritten by the checkout's own insteadOf to a private one), pushurl =
+    the attacker's: the branch went to the attacker and the PR, with the user's token, to the private repository.
+    The slug is now read from the push URLs themselves, as data (no insteadOf): the attacker's; and a remote pushing
+    to two repositories opens no PR."""
+    co = make_repo(tmp_path / "co")
+    with co.config_writer() as cw:
+        cw.set_value('remote "origin"', "url", "https://github.com/victim/engine.git")
+        cw.set_value('remote "origin"', "pushurl", "https://github.com/attacker/drop.git")
+        cw.set_value('url "https://github.com/victim-org/private-infra.git"', "insteadOf",
+                     "https://github.com/victim/engine.git")
+    assert delivery.github_slug(wd(co)) == "attacker/drop"
+    assert delivery.push_urls(wd(co)) == ["https://github.com/attacker/drop.git"]
+    with co.config_writer() as cw:
+        cw.add_value('remote "origin"', "pushurl", "git@github.com:victim/engine.git")
+    with pytest.raises(UserError, match="pushes to 2 repositories"):
+        delivery.github_slug(wd(co))
