@@ -22,14 +22,17 @@ from autokernel import ops as opspecs
 from autokernel.agent import context
 from autokernel.ops import tolerance
 from autokernel.policy import Agent as AgentPolicy
+from autokernel.untrusted import fenced
 
 PROMPTS = Path(__file__).parent / "prompts"
 
 
 @lru_cache(maxsize=1)
 def _env() -> jinja2.Environment:
-    return jinja2.Environment(loader=jinja2.FileSystemLoader(PROMPTS), undefined=jinja2.StrictUndefined,
-                              keep_trailing_newline=True)
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(PROMPTS), undefined=jinja2.StrictUndefined,
+                             keep_trailing_newline=True)
+    env.filters["fence"] = fenced  # a checkout's source in a code block its own backticks cannot close
+    return env
 
 
 @lru_cache(maxsize=1)
