@@ -291,6 +291,13 @@ def author(repo_path: str | Path) -> tuple[str, str]:
     return (name, email) if name and email else (BOT_NAME, BOT_EMAIL)
 
 
+def _file_mode(root: Path, base: str, rel: str) -> str:
+    """The mode `rel` has at `base` when it is a regular file there (100755 kept: a commit changes content only),
+    else 100644 (a new file)."""
+    listed = git(root, "ls-tree", base, "--", rel).split(None, 1)
+    return listed[0] if listed and listed[0] in ("100644", "100755") else "100644"
+
+
 def commit_files(repo_path: str | Path, branch: str, files: dict[str, str | bytes], message: str) -> Delivered:
     """One commit holding `files` (repo-relative path -> content) over HEAD, on a new `branch` (a free name near
     it), made without a checkout (see the module docstring)."""
@@ -302,7 +309,8 @@ def commit_files(repo_path: str | Path, branch: str, files: dict[str, str | byte
         git(root, "read-tree", base, env=index)
         for rel, content in rels.items():
             blob = git(root, "hash-object", "-w", "--stdin", input=content)
-            git(root, "update-index", "--add", "--cacheinfo", f"100644,{blob},{rel}", env=index)
+            git(root, "update-index", "--add", "--cacheinfo", f"{_file_mode(root, base, rel)},{blob},{rel}",
+                env=index)
         tree = git(root, "write-tree", env=index)
     name, email = author(root)
     sha = git(root, "commit-tree", tree, "-p", base, "-F", "-", input=plain(message).encode(),

@@ -207,3 +207,14 @@ def test_the_repos_git_wrapper_is_guarded_too(repo, monkeypatch):
     # GitPython's readers work through it (a long-lived cat-file, a streamed rev-list)
     assert [c.message.strip() for c in r.iter_commits()] == ["through the wrapper", "init"]
     assert r.head.commit.tree["kernels/rmsnorm.py"].data_stream.read() == b"old\n"
+
+
+def test_a_commit_keeps_the_files_mode(repo, nobody):
+    """An op file committed 100755 came back 100644 on autokernel's branch (a mode change nobody asked for); a new
+    file is 100644."""
+    wd = repo.working_tree_dir
+    repo.git.update_index("--chmod=+x", "kernels/rmsnorm.py")
+    repo.index.commit("exec bit")
+    d = delivery.commit_files(wd, "autokernel/mode", {"kernels/rmsnorm.py": "new\n", "kernels/other.py": "x\n"}, "m")
+    c = repo.commit(d.branch)
+    assert c.tree["kernels/rmsnorm.py"].mode == 0o100755 and c.tree["kernels/other.py"].mode == 0o100644
