@@ -188,6 +188,9 @@ def _clean(value, depth: int = 0):
     return value
 
 
+MAX_TRACE_BYTES = 64 << 20  # a summary.json read whole (a checkout's committed one included): bounded memory
+
+
 def load_trace(path: str | Path, check_device: bool = True) -> Trace:
     """A trace's summary from its run directory or its summary.json. Refuses other schemas (a file without one is
     schema 1, as hand-written shape lists are) and, unless told otherwise, traces taken on another kind of device
@@ -197,7 +200,14 @@ def load_trace(path: str | Path, check_device: bool = True) -> Trace:
     if not file.is_file():
         raise UserError(f"{path}: no such trace (expected a traces/<run-id>/ directory or its summary.json)")
     try:
-        trace = _clean(json.loads(file.read_text()))
+        if file.stat().st_size > MAX_TRACE_BYTES:
+            raise UserError(f"{file}: not a valid trace: {file.stat().st_size} bytes, over the {MAX_TRACE_BYTES} "
+                            "a summary.json may have (a profile writes well under 1 MB)")
+        with file.open("rb") as f:
+            data = f.read(MAX_TRACE_BYTES + 1)
+        if len(data) > MAX_TRACE_BYTES:
+            raise UserError(f"{file}: not a valid trace: over the {MAX_TRACE_BYTES} bytes a summary.json may have")
+        trace = _clean(json.loads(data.decode("utf-8")))
     except (ValueError, UnicodeDecodeError) as e:
         raise UserError(f"{file}: not a valid trace: not JSON ({e})") from None
     except RecursionError:

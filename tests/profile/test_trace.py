@@ -141,3 +141,15 @@ def test_a_nesting_bomb_is_bad_input(tmp_path):
     (tmp_path / "summary.json").write_text('{"ops": {}, "x": ' + "[" * 40 + "]" * 40 + "}")
     with pytest.raises(UserError, match="nested deeper"):
         trace.load_trace(tmp_path)
+
+
+def test_a_summary_of_any_size_is_not_read_whole(tmp_path):
+    """A checkout's committed traces/*/summary.json of 400 MB was read whole by `rank --repo` (~1 GB of memory):
+    past trace.MAX_TRACE_BYTES it is refused, naming the file, before it is read."""
+    from autokernel.errors import UserError
+    from autokernel.profile import trace as trace_mod
+    big = tmp_path / "summary.json"
+    with big.open("wb") as f:
+        f.truncate(trace_mod.MAX_TRACE_BYTES + 1)  # sparse: no disk used
+    with pytest.raises(UserError, match="over the"):
+        trace_mod.load_trace(big)
