@@ -67,10 +67,12 @@ larger_shape = schedule.larger_shape
 
 def plan(spec: OpSpec, shapes: list[dict] | None, dtypes: list[torch.dtype] | None,
          dists: list[str] | None, seed: int = 0, max_rows: int = 0,
-         thresholds: AbstractSet[int] = frozenset()) -> list[tuple[dict, torch.dtype, str, int]]:
+         thresholds: AbstractSet[int] = frozenset(),
+         production_rows: int = 0) -> list[tuple[dict, torch.dtype, str, int]]:
     """(shape, dtype, dist, schedule.FULL | SINGLE) for every case, smoke cases first (autokernel.gate.schedule);
-    max_rows/thresholds: the production-range sweep (policy gate.max_rows, autokernel.gate.thresholds)."""
-    return schedule.plan(spec, shapes, dtypes, dists, DISTS, seed, max_rows, thresholds)
+    max_rows/thresholds: the production-range sweep (policy gate.max_rows, autokernel.gate.thresholds);
+    production_rows: policy gate.max_rows uncapped (what cheap dimensions such as a cache's reserve reach)."""
+    return schedule.plan(spec, shapes, dtypes, dists, DISTS, seed, max_rows, thresholds, production_rows)
 
 
 def _constrained(spec: OpSpec, kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -536,13 +538,11 @@ def _reach(runner: _Runner, planned, skipped: dict[str, str], slots: list, cover
     shapes = [p[0] for p in planned]
     if cover.production_rows <= cover.max_rows or not shapes or cover.max_rows <= 1:
         return {}
-    top = schedule.range_shapes(spec, shapes, runner.seed, cover.production_rows)
-    if not top:
-        return {}
     picked = schedule.range_dim(spec, shapes)
-    assert picked is not None  # range_shapes gave shapes: there is a range dimension
+    if picked is None:
+        return {}
     dim = picked[0]
-    shape = top[-1]
+    shape = schedule.at_rows(spec, shapes, schedule.secret_top(runner.seed, dim, cover.production_rows))
     # linear in work from the costliest shape measured (the plan's own range cases: the same kernel path, at scale);
     # per_call_model's steepest slope, fitted to small calls, overstates a long one tenfold
     big = max(runner.shape_of, key=lambda k: schedule.cost(spec, runner.shape_of[k]), default=None)

@@ -72,7 +72,7 @@ def _sandboxed(spec, copy: Path, job_dir: Path, policy: Policy, shapes, dtypes, 
     if not torch.cuda.is_available():
         max_rows = min(max_rows, policy.gate.max_rows_interpreter)
     found = thresholds.extract(source)
-    planned = numeric.plan(spec, shapes, dtypes, dists, seed, max_rows, found)
+    planned = numeric.plan(spec, shapes, dtypes, dists, seed, max_rows, found, policy.gate.max_rows)
     if len(planned) > MAX_PLAN_CASES:  # a backstop: thresholds and steering are capped where they are made
         return [StageResult.fail("numeric", "numeric.budget", f"the plan has {len(planned)} cases, more than a "
                                  f"verdict may run ({MAX_PLAN_CASES}): fewer shapes, or fewer constants compared")]

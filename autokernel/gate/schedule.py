@@ -9,7 +9,8 @@ State and sampling must not pay (docs/shortcuts.md, "memoising", "phase detectio
   expensive traced one (the interpreter's time on 2 cores is the budget).
 - Production range. Past that sweep, the leading dimension goes log-spaced up to policy gate.max_rows (the rows
   production can send: a kernel is vouched for up to there, not past it), one secret prime just under each power of
-  2 and a secret non-block-multiple just under max_rows, plus T-1, T, T+1 for every integer threshold T the
+  2, one secret block multiple (even: a multiple of up to 256) in each octave, and a secret non-block-multiple just
+  under max_rows, plus T-1, T, T+1 for every integer threshold T the
   candidate's source compares against (autokernel/gate/thresholds.py). These ignore the cost bound: a shortcut taken
   only past M = 3000 is exactly what a cost-bounded sweep never reaches. One call each, "mixed", the dtypes in turn
   (crossings in every dtype); the top size and every crossing once more with production-like "outliers" values.
@@ -60,6 +61,9 @@ RANGE_OVERRIDES: dict[str, tuple[str | None, dict[str, int], tuple[str, ...]]] =
     "lm_head": (None, {}, ()),
     "softmax": ("M", {"V": 4099}, ())}
 NO_OVERRIDE: tuple[str, dict[str, int], tuple[str, ...]] = ("", {}, ())  # an op not in RANGE_OVERRIDES
+# A cache's capacity and its filled length (capacity >= length): production reserves the whole generation up front
+# (the engine's cache holds prompt + max_new_tokens), so the reserve past the filled positions runs to thousands.
+CAPACITY: dict[str, tuple[str, str]] = {"attention_decode": ("S", "L")}
 FULL, SINGLE = 3, 1  # the `calls` field of a planned case: a full case, or one fresh call (maybe with a copy)
 
 
@@ -185,15 +189,39 @@ def range_shapes(spec: OpSpec, traced: list[dict[str, int]], seed: int, max_rows
     r = random.Random(derive(seed, "range", dim))
     values: set[int] = set()
     p = 1 << start.bit_length()
-    while p < max_rows:  # a secret prime in the top eighth below each power of 2
+    while p < max_rows:  # a secret prime in the top eighth below each power of 2, and a secret block multiple
         q = secret_prime(r, p - p // 8, p)
         values.add(q if q else p - 1)
+        values.add(aligned(r, p // 2 + 1, p))
         p *= 2
-    if max_rows > start:  # a secret odd value within the top 64th below max_rows (odd: no block multiple)
-        top = max_rows - r.randrange(0, max(max_rows // 64, 1))
+    if max_rows > start:  # a secret odd value within the top 64th below max_rows (odd: no block multiple), and a
+        top = max_rows - r.randrange(0, max(max_rows // 64, 1))  # secret block multiple in the last octave
         values.add(top if top % 2 or top == 1 else top - 1)
+        values.add(aligned(r, max(start, p // 2 + 1), max_rows + 1))
     values |= set(_thresholds.rows(set(thresholds), base, dim, max_rows))
     return [_at(spec, dim, base, v) for v in sorted(values)]
+
+
+def secret_top(seed: int, dim: str, max_rows: int) -> int:
+    """Production's maximum as the calls past the cap check it (numeric._reach): a secret odd size within the top
+    64th below max_rows (odd: no block multiple)."""
+    top = max_rows - random.Random(derive(seed, "top", dim)).randrange(0, max(max_rows // 64, 1))
+    return top if top % 2 or top == 1 else top - 1
+
+
+ALIGN_MAX = 256  # the largest power of 2 a secret block multiple is a multiple of (aligned)
+
+
+def aligned(r: random.Random, lo: int, hi: int) -> int:
+    """A secret even size in [lo, hi): a multiple of the largest power of 2 up to ALIGN_MAX with two multiples there
+    (what production sends: a 512- or 1,536-token prefill). Every other range size is odd (a block's tail), so a
+    kernel wrong only on even sizes, or on multiples of 64 (`1 - M % 2` in arithmetic: no condition to steer on),
+    was exact everywhere the gate looked."""
+    step = ALIGN_MAX
+    while step > 2 and (hi - 1) // step - (lo + step - 1) // step < 1:
+        step //= 2
+    first, last = (lo + step - 1) // step, (hi - 1) // step
+    return step * r.randint(first, last) if last >= first else lo + (lo % 2)
 
 
 def _at(spec: OpSpec, dim: str, base: dict[str, int], v: int) -> dict[str, int]:
@@ -210,7 +238,8 @@ def at_rows(spec: OpSpec, traced: list[dict[str, int]], v: int) -> dict[str, int
 
 def plan(spec: OpSpec, shapes: list[dict] | None, dtypes: list[torch.dtype] | None, dists: list[str] | None,
          all_dists: tuple[str, ...], seed: int = 0, max_rows: int = 0,
-         thresholds: AbstractSet[int] = frozenset()) -> list[tuple[dict, torch.dtype, str, int]]:
+         thresholds: AbstractSet[int] = frozenset(),
+         production_rows: int = 0) -> list[tuple[dict, torch.dtype, str, int]]:
     """(shape, dtype, dist, FULL | SINGLE) for every case, smoke cases (every shape, first dtype, first dist, full)
     first: they run as their own sandbox job, so most wrong candidates are turned away after a fraction of the work.
 
@@ -239,6 +268,8 @@ def plan(spec: OpSpec, shapes: list[dict] | None, dtypes: list[torch.dtype] | No
              for dt in (dtypes if d in DTYPE_DISTS else dtypes[:1])]
     turn = derive(seed, "dtype turn") % len(dtypes)
     swept += [s for s in _odd_batched(spec) if s not in full_shapes + swept]  # cheap: with the sweep
+    swept += [s for s in capacity_shapes(spec, traced, seed, max(production_rows, max_rows))
+              if s not in full_shapes + swept]
     grid += [(s, dtypes[(i + turn) % len(dtypes)], sweep_dist, SINGLE) for i, s in enumerate(swept)]
     ranged = [s for s in range_shapes(spec, traced, seed, max_rows, thresholds) if s not in full_shapes + swept]
     modeled = model_dims_shape(spec, traced, seed, max_rows)
@@ -304,6 +335,22 @@ def _top_on_every_width(spec: OpSpec, traced: list[dict[str, int]], ranged: list
     return out
 
 
+def capacity_shapes(spec: OpSpec, traced: list[dict[str, int]], seed: int, production_rows: int) -> list[dict]:
+    """The traced shapes with a cache reserve past the filled length (CAPACITY): a secret reserve below 256 and one in
+    each octave from 256 up to production's rows, the traced shapes in turn. The range ties capacity to length, so
+    no case had a reserve past 255: a decode kernel that read one stale slot once the reserve reached 257 (`S - L`
+    in arithmetic, no condition) was exact everywhere the gate looked. Cheap: the work follows the length."""
+    if spec.name not in CAPACITY or not traced:
+        return []
+    cap, length = CAPACITY[spec.name]
+    r = random.Random(derive(seed, "capacity", cap))
+    reserves, lo = [r.randrange(1, 256)], 256
+    while lo < production_rows:
+        reserves.append(r.randrange(lo + 1, min(2 * lo, production_rows) + 1))
+        lo *= 2
+    return [{**t, cap: t[length] + v} for t, v in zip(traced * len(reserves), reserves)]
+
+
 def _odd_batched(spec: OpSpec) -> list[dict[str, int]]:
     """Each odd shape whose leading (batch) dimension is 1 once more with 3 rows: softmax's 128,256-entry vocabulary
     was checked on one row only (a split-row path whose scratch was not indexed by row was exact there)."""
@@ -356,11 +403,11 @@ def _crossed_elsewhere(spec: OpSpec, traced: list[dict[str, int]], picked: tuple
 # --- the production range at the model's own dimensions -------------------------------------------------------------
 
 # The model-dimension range case costs at most this times the top range case (cost): under the interpreter (max_rows
-# 1024) attention at B=4, Hq=9, Hkv=3 reaches T ~400, decode at B=4 L ~490, rope and embedding at B=4 T ~490 (over
-# the 49,152-row table), softmax over the 49,152 vocabulary M ~150. Measured for the incumbents on a shared 2-core
-# machine (issue 25): 0.8, 0.06, 6.8, 7.7 and 11.4 s of interpreter time, beside 0.4, 0.07, 3.2, 2.8 and 7.0 s for
-# the top range case they join; where kernels compile (max_rows 8192) T ~3000, L ~3800, M ~1300.
-MODEL_DIMS_COST_FACTOR = 2.0
+# 1024) attention at B=4, Hq=9, Hkv=3 reaches T = 823, decode at B=4 the top L, rope and embedding at B=4 the top T
+# (over the 49,152-row table), softmax over the 49,152 vocabulary M ~470. Measured for the incumbents on a 2-core
+# machine: attention 2.8 s (T = 823; 1.8 s at T = 591, the factor 2 it was until a key block skipped once B*Hq*Hkv*T
+# passed 80k escaped there), softmax 44 s (34 s at M = 337). Where kernels compile (max_rows 8192) it goes further.
+MODEL_DIMS_COST_FACTOR = 4.0
 
 
 def model_dims_shape(spec: OpSpec, traced: list[dict[str, int]], seed: int, max_rows: int) -> dict[str, int] | None:

@@ -96,9 +96,11 @@ def test_range_reaches_max_rows_with_secret_jitter():
     ms = [s["M"] for s in a]
     assert all(s["N"] == 576 for s in a)
     assert max(ms) > 8192 - 8192 // 64 and max(ms) <= 8192  # near the top ...
-    assert all(m % 2 for m in ms)  # ... and no block multiple anywhere
-    for p in (512, 1024, 2048, 4096):  # one value just under each power of 2 on the way
-        assert any(p - p // 8 <= m < p for m in ms), p
+    odd, even = [m for m in ms if m % 2], [m for m in ms if not m % 2]
+    for p in (512, 1024, 2048, 4096):  # one odd value just under each power of 2 on the way (a block's tail) ...
+        assert any(p - p // 8 <= m < p for m in odd), p
+    for p in (512, 1024, 2048, 4096, 8192):  # ... and a secret block multiple in each octave (production's sizes)
+        assert [m for m in even if p // 2 < m <= p and m % 64 == 0], (p, even)
     assert ms != [s["M"] for s in b]  # the values follow the secret seed
     assert schedule.range_shapes(spec, traced, seed=1, max_rows=0) == []
 
