@@ -192,6 +192,15 @@ def _confirm(console: Console, ask: Callable[[str], bool], question: str) -> boo
     return ask(question)
 
 
+def _same_as_head(layout: paths.Layout, op: str) -> None:
+    """kernels/<op>.py must be HEAD's blob before a session measures it: the win is committed over HEAD's file
+    (autokernel.git.same_as_head; a target's op file is checked the same way). A layout outside git has no HEAD to
+    commit over (library callers; the commands require a work tree)."""
+    from autokernel import git as delivery
+    if (layout.root / ".git").exists():
+        delivery.same_as_head(layout.root, f"kernels/{op}.py", layout.read_kernel(op).encode())
+
+
 def work_on(op: str, state: RunState, ctx: Context) -> OpOutcome:
     """One op: an agent session through the gate and bench, a confirming benchmark, a commit if it wins.
 
@@ -203,6 +212,7 @@ def work_on(op: str, state: RunState, ctx: Context) -> OpOutcome:
     from autokernel.agent.ledger import Ledger
 
     incumbent = command.check_op(op, ctx.policy, ctx.layout)
+    _same_as_head(ctx.layout, op)
     op_dir = state.run_dir / op
     evaluator = Shown(ctx.make_evaluator(op_dir, ctx.policy, state.trace, ctx.layout), ctx.console)
     result, session = command.start(op, ctx.settings, ctx.llm, evaluator, op_dir, trace=state.trace,
@@ -291,6 +301,7 @@ def finish_unbenched(op: str, done: dict, state: RunState, ctx: Context) -> OpOu
     from autokernel.candidate import Candidate
 
     incumbent = command.check_op(op, ctx.policy, ctx.layout)
+    _same_as_head(ctx.layout, op)
     op_dir = state.run_dir / op
     evaluator = Shown(ctx.make_evaluator(op_dir, ctx.policy, state.trace, ctx.layout), ctx.console)
     ledger, fields = Ledger.of(ctx.layout, ctx.policy.git.branch_prefix, ctx.policy), Feedback.__dataclass_fields__

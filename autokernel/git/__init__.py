@@ -291,6 +291,25 @@ def author(repo_path: str | Path) -> tuple[str, str]:
     return (name, email) if name and email else (BOT_NAME, BOT_EMAIL)
 
 
+def same_as_head(root: Path, rel: str, data: bytes) -> None:
+    """UserError unless `data` (the op's file in the work tree) is HEAD's blob of `rel`: the prompt, the gate and the
+    benchmark read the work tree and the commit is laid over HEAD, so a file changed (or hidden by `git update-index
+    --assume-unchanged`, git status then clean) had a speedup measured against one file committed over another (red
+    team: "1.77x faster" over a base whose own file it was 0.61x of). The blob id is computed here from the bytes,
+    no git filter of the checkout's config runs."""
+    import hashlib
+    algo = git(root, "rev-parse", "--show-object-format").strip() or "sha1"
+    mine = hashlib.new(algo, b"blob %d\0" % len(data) + data).hexdigest()
+    try:
+        theirs = git(root, "rev-parse", "--verify", "--quiet", f"HEAD:{rel}").strip()
+    except DeliveryError:
+        theirs = ""
+    if mine != theirs:
+        raise UserError(f"{root}: {rel} differs from HEAD's copy ({'not in HEAD' if not theirs else 'changed'}, "
+                        "perhaps hidden from git status by --assume-unchanged): a win would be measured against "
+                        "this file and committed over HEAD's; commit or stash the change first")
+
+
 def _file_mode(root: Path, base: str, rel: str) -> str:
     """The mode `rel` has at `base` when it is a regular file there (100755 kept: a commit changes content only),
     else 100644 (a new file)."""

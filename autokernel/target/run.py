@@ -232,25 +232,9 @@ def _per_launcher(m) -> list[str]:
 
 
 def same_as_head(root: Path, rel: str) -> None:
-    """UserError unless the op's file in the work tree is HEAD's blob: the prompt, the gate and the benchmark read the
-    work tree and the commit is laid over HEAD, so a file changed (or hidden by `git update-index
-    --assume-unchanged`, git status then clean) had a speedup measured against one file committed over another (red
-    team: "1.77x faster" over a base whose own file it was 0.61x of). The blob id is computed here from the bytes,
-    no git filter of the checkout's config runs."""
-    import hashlib
-
+    """UserError unless the op's file in the work tree is HEAD's blob (autokernel.git.same_as_head)."""
     from autokernel import git as delivery
-    data = decl.checkout_file(root, root / rel, rel).read_bytes()
-    algo = delivery.git(root, "rev-parse", "--show-object-format").strip() or "sha1"
-    mine = hashlib.new(algo, b"blob %d\0" % len(data) + data).hexdigest()
-    try:
-        theirs = delivery.git(root, "rev-parse", "--verify", "--quiet", f"HEAD:{rel}").strip()
-    except delivery.DeliveryError:
-        theirs = ""
-    if mine != theirs:
-        raise UserError(f"{root}: {rel} differs from HEAD's copy ({'not in HEAD' if not theirs else 'changed'}, "
-                        "perhaps hidden from git status by --assume-unchanged): a win would be measured against "
-                        "this file and committed over HEAD's; commit or stash the change first")
+    delivery.same_as_head(root, rel, decl.checkout_file(root, root / rel, rel).read_bytes())
 
 
 def work_on(root: Path, name: str, ctx, run_dir: Path, trace_path: Path, t: dict, share: float | None

@@ -28,7 +28,7 @@ def clone(tmp_path):
     repo = git.Repo.clone_from(ROOT, tmp_path / "clone")
     wd = Path(repo.working_tree_dir)
     assert "traces/*" in (wd / ".gitignore").read_text()  # the real ignore rules the old `git add` tripped on
-    (wd / "kernels" / "rmsnorm.py").write_text((wd / "kernels" / "rmsnorm.py").read_text() + "# user's edit\n")
+    (wd / "kernels" / "silu_mul.py").write_text((wd / "kernels" / "silu_mul.py").read_text() + "# user's edit\n")
     (wd / "notes.txt").write_text("untracked\n")
     (wd / "staged.txt").write_text("staged\n")
     repo.git.add("staged.txt")
@@ -52,7 +52,7 @@ def snapshot(repo):
 
 def fast_source(clone) -> str:
     text = (Path(clone.working_tree_dir) / "kernels" / "rmsnorm.py").read_text()
-    return text.replace("# user's edit\n", "") + "# two rows per program (the scripted model's rewrite)\n"
+    return text + "# two rows per program (the scripted model's rewrite)\n"
 
 
 def context(clone, llm, console, **kw):
@@ -112,6 +112,21 @@ def test_a_win_becomes_a_commit_on_this_repo(clone, tmp_path):
     assert state.run_dir.parent == Path(clone.working_tree_dir) / "sandbox"  # run state lives in the target
     assert json.loads((state.run_dir / "state.json").read_text())["done"]["rmsnorm"]["status"] == "committed"
     assert "\x1b" not in out.getvalue()
+
+
+def test_an_op_file_that_is_not_heads_is_refused_before_a_session(clone, tmp_path):
+    """The op's file edited in the work tree (or hidden from git status by --assume-unchanged): a win would be measured
+    against it and committed over HEAD's, so the run stops (exit 2, naming the file) before any session, HEAD,
+    index, work tree and branches as they were (a target's op file was checked so already)."""
+    wd = Path(clone.working_tree_dir)
+    (wd / "kernels" / "rmsnorm.py").write_text((wd / "kernels" / "rmsnorm.py").read_text() + "# slower debug copy\n")
+    clone.git.update_index("--assume-unchanged", "kernels/rmsnorm.py")
+    before = snapshot(clone)
+    llm = ScriptedModel([turn("", ("submit_candidate", {"source": fast_source(clone)}))])
+    with pytest.raises(UserError, match="kernels/rmsnorm.py differs from HEAD's copy"):
+        run.pipeline(context(clone, llm, Console(file=io.StringIO())), op="rmsnorm", resume=None,
+                     trace=write_trace(tmp_path / "trace-1"))
+    assert snapshot(clone) == before and len(llm.replies) == 1  # the model was never asked
 
 
 def test_delivery_error_is_one_line_and_resumable(clone, tmp_path, monkeypatch):
