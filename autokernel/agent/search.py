@@ -2,7 +2,8 @@
 
 It needs no key and no network, and runs through the same loop, tools and evaluator as an LLM: it calls
 read_kernel, finds the tunable knobs in the source's AST (UPPER_CASE *BLOCK* keywords of `kernel[grid](...)`
-launches whose value is an int literal, or a name the launcher or the module binds once to one; and, on CUDA only,
+launches whose value is an int literal, or a name the launcher or the module binds once to one; the literal *BLOCK*
+entries of each @triton.autotune `triton.Config`; and, on CUDA only,
 num_warps / num_stages, added where a launch leaves them to Triton's default: the Triton interpreter ignores both,
 so on CPU they are never proposed), then submits complete files that differ from the incumbent only in those
 literals (so every proposal stays inside the gate's static grammar). From the incumbent it steps one knob at a time
@@ -147,10 +148,38 @@ def find_knobs(source: str, launch_options: bool = True) -> list[Knob]:
                 if kwarg not in present:
                     found.append(Knob(kwarg, kwarg, i, None, at, at,
                                       NUM_WARPS if kwarg == "num_warps" else NUM_STAGES))
+    found += _config_knobs(tree, lines, starts, len(launches), launch_options)
     counts: dict[str, int] = {}
     for k in found:
         counts[k.kwarg] = counts.get(k.kwarg, 0) + 1
-    return [replace(k, name=f"{k.kwarg}@{k.launch}") if counts[k.kwarg] > 1 else k for k in found]
+    return [replace(k, name=f"{k.kwarg}@{k.launch}") if counts[k.kwarg] > 1 and k.name == k.kwarg else k
+            for k in found]
+
+
+def _config_knobs(tree: ast.AST, lines: list[str], starts: list[int], first: int, launch_options: bool) -> list[Knob]:
+    """The int literals of each `triton.Config({...}, num_warps=..., num_stages=...)` in a @triton.autotune list:
+    its UPPER_CASE *BLOCK* entries (and, where launches compile, num_warps / num_stages given as literals). Each
+    config is its own group (`launch` first + j: MAX_TILE_ELEMENTS bounds its blocks' product), so the search reshapes
+    the configs the autotuner chooses among; the gate judges every config at every shape."""
+    configs = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and ast.unparse(n.func).split(".")[-1] == "Config"]
+    configs.sort(key=lambda n: (n.lineno, n.col_offset))
+    found: list[Knob] = []
+    for j, call in enumerate(configs):
+        pairs: list[tuple[str, ast.expr]] = []
+        if call.args and isinstance(call.args[0], ast.Dict):
+            pairs += [(k.value, v) for k, v in zip(call.args[0].keys, call.args[0].values)
+                      if isinstance(k, ast.Constant) and isinstance(k.value, str) and _is_block(k.value)]
+        if launch_options:
+            pairs += [(kw.arg, kw.value) for kw in call.keywords if kw.arg in TRITON_DEFAULTS]
+        for name, v in pairs:
+            if not _int_literal(v):
+                continue
+            value = v.value
+            assert isinstance(value, int)  # _int_literal
+            base = POW2_BLOCKS if _is_block(name) else NUM_WARPS if name == "num_warps" else NUM_STAGES
+            a, b = _char(lines, starts, v.lineno, v.col_offset), _char(lines, starts, v.end_lineno, v.end_col_offset)
+            found.append(Knob(f"{name}@config{j}", name, first + j, value, a, b, tuple(sorted(set(base) | {value}))))
+    return found
 
 
 def apply(source: str, knobs: list[Knob], config: dict[str, int]) -> str:

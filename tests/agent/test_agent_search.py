@@ -350,3 +350,27 @@ def test_search_finds_the_planted_win_through_the_real_evaluator(tmp_path):
     assert elapsed_s <= SLOW_WALL_S + 60  # the budget, plus at most the tail of the evaluation running at its end
     assert len(verdicts) == result.submitted  # every candidate passed the gate; only the bench may say "no win"
     assert all(v["verdict"] == "accepted" or v["reasons"][0]["stage"] == "bench" for v in verdicts), verdicts
+
+
+def test_autotune_configs_are_knobs_and_every_proposal_passes_the_static_stage():
+    """An @triton.autotune kernel (vLLM and Liger ship them) had nothing the offline search could change: its launch
+    passes no BLOCK literal. Each Config's literal *BLOCK* entries are knobs now (num_warps / num_stages too where
+    launches compile), named by config; every neighbour is a file the static stage accepts."""
+    from autokernel.gate import static
+    path = Path(__file__).parents[1] / "gate" / "fixtures" / "rmsnorm" / "legit_autotune_configs.py"
+    src = path.read_text()
+    knobs = find_knobs(src, launch_options=False)
+    assert [(k.name, k.value) for k in knobs] == [("BLOCK_N@config0", 256), ("BLOCK_N@config1", 128),
+                                                  ("BLOCK_N@config2", 512)]
+    assert {k.name for k in find_knobs(src)} >= {"num_warps@config2", "num_stages@config0"}
+    out = apply(src, knobs, {"BLOCK_N@config1": 64})
+    assert out.replace('triton.Config({"BLOCK_N": 64}', 'triton.Config({"BLOCK_N": 128}') == src
+    incumbent = KERNELS / "rmsnorm.py"
+    every = find_knobs(src)
+    for k in every:
+        for j in (k.choices.index(k.default) - 1, k.choices.index(k.default) + 1):
+            if 0 <= j < len(k.choices):
+                changed = apply(src, every, {k.name: k.choices[j]})
+                assert changed != src
+                v = static.check_source(changed, "rmsnorm", incumbent)
+                assert v.passed, (k.name, v.reason, v.detail)
