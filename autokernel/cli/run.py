@@ -159,6 +159,10 @@ def run_cmd(
     console = _console()
     target = _target_root(repo)
     if target is not None:  # a checkout with autokernel.toml (docs/targets.md, section 7)
+        given = [f for f, v in (("--resume", resume), ("--trace", trace), ("--cluster", cluster)) if v]
+        if given:  # silently ignored before: a user resuming a target run got a new run from scratch
+            raise UserError(f"{given[0]} applies to autokernel's own layout; a target's run "
+                            f"({target / 'autokernel.toml'}) profiles its engine afresh and runs on this machine")
         raise typer.Exit(_run_target(target, op, agent, model, base_url, policy_file, yes, console))
     progress = run.Progress()
     try:

@@ -96,3 +96,13 @@ def test_offline_search_commits_a_faster_launch_configuration(slow_target, tmp_p
     r = run(["--repo", slow_target.working_tree_dir, "--agent", "search", "--policy", str(one)], tmp_path)
     c = assert_committed(slow_target, base, r)
     assert "BLOCK=8)" not in c.tree["toyt/ops/norm.py"].data_stream.read().decode()
+
+
+@pytest.mark.parametrize("flag", [["--resume", "sandbox/run-x"], ["--trace", "traces/x"], ["--cluster", "ray://h:1"]])
+def test_flags_of_autokernels_own_layout_are_refused_for_a_target(tmp_path, flag):
+    """`run --repo TARGET --resume DIR` started a new run from scratch, the flag silently ignored (so did --trace and
+    --cluster): exit 2 naming the flag, before any of the checkout's code runs."""
+    root = checkout(tmp_path / "co")
+    r = subprocess.run(CLI + ["run", "--repo", str(root), *flag], capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")})
+    assert r.returncode == 2 and f"{flag[0]} applies to autokernel's own layout" in r.stderr, (r.stdout, r.stderr)
