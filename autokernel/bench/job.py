@@ -103,9 +103,11 @@ def derive(seed: int, *parts) -> int:
 def pool(spec, case: dict, seed: int, ci: int) -> list[dict]:
     """The POOL input sets of case `ci`, on the CPU (moved to the device by the job; the parent uses them as they
     are)."""
+    from autokernel.ops.spec import like
     dtype = getattr(torch, case["dtype"])
-    return [spec.make_inputs(case["shape"], dtype, "cpu", torch.Generator().manual_seed(derive(seed, ci, "pool", k)))
+    sets = [spec.make_inputs(case["shape"], dtype, "cpu", torch.Generator().manual_seed(derive(seed, ci, "pool", k)))
             for k in range(POOL)]
+    return [sets[0]] + [like(sets[0], s) for s in sets[1:]]  # one layout per case: the sets refill the same tensors
 
 
 def values(sets: list[dict], seed: int, ci: int, rep: int) -> dict:

@@ -29,7 +29,7 @@ import torch
 from autokernel import device, harness
 from autokernel.gate import coverage, coverage_steer, judge, schedule, thresholds
 from autokernel.gate.verdict import REASONS, StageResult
-from autokernel.ops.spec import DISTRIBUTIONS, MIXED, OpSpec
+from autokernel.ops.spec import DISTRIBUTIONS, MIXED, OpSpec, like
 
 if TYPE_CHECKING:
     from autokernel.policy import Sandbox
@@ -90,6 +90,7 @@ def _inputs(spec: OpSpec, shape: dict, dtype: torch.dtype, dist: str, seed: int,
     parts = [spec.make_inputs(shape, dtype, dev, torch.Generator().manual_seed(_derive(seed, d)), d)
              for d in MIXED]
     base = parts[0]
+    parts = [base] + [like(base, p) for p in parts[1:]]
     pick = torch.Generator().manual_seed(_derive(seed, "pick"))
     for k, v in base.items():
         if isinstance(v, torch.Tensor) and v.is_floating_point() and v.numel():
@@ -108,7 +109,7 @@ def make_case(spec: OpSpec, index: int, planned_case, seed: int) -> Case:
     steps = schedule.case_steps(cid, calls, random.Random(_derive(seed, index, "steps"))).steps
     used = {v for _, v in steps}
     a = _inputs(spec, shape, dtype, dist, _derive(seed, index, "a"), dev)
-    b = _inputs(spec, shape, dtype, dist, _derive(seed, index, "b"), dev) if used & {"b", "t"} else None
+    b = like(a, _inputs(spec, shape, dtype, dist, _derive(seed, index, "b"), dev)) if used & {"b", "t"} else None
     t = None
     if "t" in used:
         assert b is not None  # drawn above wherever "t" is used
@@ -564,8 +565,17 @@ def _reach(runner: _Runner, planned, skipped: dict[str, str], slots: list, cover
     fits = {k: s for k, s in wanted.items() if _need_mb(spec, s, planned[0][1]) <= runner.limits.memory_mb}
     done = _greedy(fits, work, REACH_WORK, [])
     done = [k for k in fits if k in _greedy(fits, est_s, REACH_BUDGET_S, done)]
-    if done:
-        cases = [(wanted[k], planned[0][1], "mixed", schedule.SINGLE) for k in done]
+    if done:  # production's data at production's sizes: "outliers" first, then "mixed", in turn (a soft clip of
+        # values past 4N taken only past 2N rows was exact on "mixed" alone, which holds no value that large); and
+        # production's dtypes: the largest call in a half precision (secretly which), the next ones in the plan's
+        # other dtypes in turn (half precision dropping keys past 2,048 tokens ran in float32 only)
+        turns = [d for d in ("outliers", "mixed") if d in DISTS]
+        dts = list(dict.fromkeys(p[1] for p in planned))
+        random.Random(_derive(runner.seed, "reach dtype")).shuffle(dts)
+        dts.sort(key=lambda dt: torch.empty((), dtype=dt).element_size())  # stable: the halves first, shuffled
+        big_first = sorted(done, key=lambda k: -work(wanted[k]))
+        dtype_of = {k: dts[i % len(dts)] for i, k in enumerate(big_first)}
+        cases = [(wanted[k], dtype_of[k], turns[i % len(turns)], schedule.SINGLE) for i, k in enumerate(done)]
         run_chunks(runner, _chunked(runner, cases, skipped, len(slots), len(planned) + runner.steered), slots)
     ran = [k for k in done if k not in skipped]
     last = json_shape(shape)

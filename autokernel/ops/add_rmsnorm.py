@@ -3,7 +3,7 @@ import torch
 
 from autokernel.ops.rmsnorm import EPS
 from autokernel.ops.smollm2 import HIDDEN
-from autokernel.ops.spec import OpSpec, Shape, draw, elem_size, row_shape, row_shapes, sample
+from autokernel.ops.spec import OpSpec, Shape, draw, elem_size, leading, row_shape, row_shapes, sample
 
 
 def reference(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
@@ -15,8 +15,9 @@ def reference(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
 
 def make_inputs(shape: Shape, dtype, device, gen, dist="normal"):
     M, N = shape["M"], shape["N"]
-    return {"x": sample((M, N), dtype, device, gen, dist),
-            "residual": sample((M, N), dtype, device, gen, dist),
+    rows = leading(M, gen)
+    return {"x": sample((*rows, N), dtype, device, gen, dist),
+            "residual": sample((*rows, N), dtype, device, gen, dist),
             "weight": (1.0 + 0.2 * torch.randn(N, generator=gen)).to(dtype=dtype, device=device),
             "eps": draw(gen, *EPS, EPS)}
 

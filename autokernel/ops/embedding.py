@@ -10,8 +10,11 @@ def reference(ids: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
 
 
 def make_ids(B: int, T: int, V: int, device, gen) -> torch.Tensor:
-    """Random ids (B, T) int32 that include the table's first and last rows (off-by-one and bounds bugs)."""
-    ids = torch.randint(0, V, (B * T,), generator=gen, dtype=torch.int32)
+    """Random ids (B, T) that include the table's first and last rows (off-by-one and bounds bugs): int64 three times
+    in four, as the engine's tokenizer gives them, else int32 (a path keyed on the ids' width, `element_size() //
+    8` in arithmetic, ran only on int32 before)."""
+    wide = int(torch.randint(0, 4, (1,), generator=gen)) != 0
+    ids = torch.randint(0, V, (B * T,), generator=gen, dtype=torch.int64 if wide else torch.int32)
     ids[0] = V - 1
     if B * T > 1:
         ids[-1] = 0

@@ -2,7 +2,7 @@
 import torch
 
 from autokernel.ops.smollm2 import HIDDEN
-from autokernel.ops.spec import OpSpec, Shape, draw, elem_size, row_shape, row_shapes, sample
+from autokernel.ops.spec import OpSpec, Shape, draw, elem_size, leading, row_shape, row_shapes, sample
 
 EPS = (1e-6, 1e-5)  # llama's rms_norm_eps: 1e-5 (SmolLM2, Llama 3) or 1e-6 (Llama 2); each case draws either or a
 # value log-uniform between them (eps matters where mean(x^2) is as small: the tiny distribution)
@@ -15,7 +15,7 @@ def reference(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor
 
 def make_inputs(shape: Shape, dtype, device, gen, dist="normal"):
     M, N = shape["M"], shape["N"]
-    return {"x": sample((M, N), dtype, device, gen, dist),
+    return {"x": sample((*leading(M, gen), N), dtype, device, gen, dist),
             "weight": (1.0 + 0.2 * torch.randn(N, generator=gen)).to(dtype=dtype, device=device),
             "eps": draw(gen, *EPS, EPS)}
 

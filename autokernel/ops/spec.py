@@ -69,6 +69,32 @@ def sample(shape: tuple[int, ...], dtype: torch.dtype, device: str | torch.devic
     return x.to(dtype=dtype, device=device)
 
 
+def leading(M: int, gen: torch.Generator) -> tuple[int, ...]:
+    """The leading dimensions of M rows as the engine passes them (its hidden states are (B, T, N)): (1, M) three
+    times in four (one prefill), (b, M // b) for a divisor b of M in 2..4 one in eight (a batch; (1, M) where M has
+    none), else (M,). A launcher that reads the rank or shape[0] (`M // shape[0]`: tokens per sequence) saw only 2-D
+    inputs, so a path keyed on the sequence length was never run."""
+    u = int(torch.randint(0, 8, (1,), generator=gen))
+    if u == 0:
+        return (M,)
+    b = [d for d in (2, 3, 4) if M % d == 0] if u == 1 else []
+    pick = b[int(torch.randint(0, len(b), (1,), generator=gen))] if b else 1
+    return (pick, M // pick)
+
+
+def like(ref: dict[str, Any], other: dict[str, Any]) -> dict[str, Any]:
+    """`other`'s tensors in `ref`'s shapes and dtypes where they hold as many elements: values drawn for a refill,
+    a part of "mixed" or another input set of the same case go into the same tensors, whatever leading dimensions or
+    ids width each draw picked (leading, embedding.make_ids)."""
+    out = dict(other)
+    for k, v in other.items():
+        r = ref.get(k)
+        if isinstance(v, torch.Tensor) and isinstance(r, torch.Tensor) and v.numel() == r.numel() and (
+                v.shape != r.shape or v.dtype != r.dtype):
+            out[k] = v.reshape(r.shape).to(r.dtype)
+    return out
+
+
 def draw(gen: torch.Generator, lo: float, hi: float, common: tuple[float, ...] = ()) -> float:
     """A scalar argument (rope's theta, a temperature, an eps, a scale) for one case, drawn from the case's secret
     generator: half the time one of `common` (values production sends), else log-uniform over [lo, hi]. Make it after

@@ -136,6 +136,7 @@ def test_overflow_to_inf_is_the_right_answer():
 def test_unwritten_elements_are_named():
     spec = get("rmsnorm")
     kw = spec.make_inputs({"M": 2, "N": 6}, torch.float32, "cpu", torch.Generator().manual_seed(1), "normal")
+    kw["x"] = kw["x"].reshape(2, 6)  # (M, N): the rows this test names (make_inputs may draw (1, M, N))
     out = spec.reference(**upcast(kw)).to(torch.float32)
     out.view(torch.int32)[1, 3:] = POISON["float32"]
     with pytest.raises(judge.Reject) as e:
@@ -205,6 +206,7 @@ def test_each_call_needs_a_launch_and_allowlisted_ops_only():
 def test_layout_is_the_references():
     spec = get("rmsnorm")
     kw = spec.make_inputs({"M": 4, "N": 6}, torch.float32, "cpu", torch.Generator().manual_seed(1), "normal")
+    kw["x"] = kw["x"].reshape(4, 6)  # 2-D, so that the transposed layout below is one
     right = spec.reference(**upcast(kw)).to(torch.float32)
     for wrong in (right.t().contiguous().t(), right[:3], right.to(torch.float64), right.reshape(24)):
         with pytest.raises(judge.Reject) as e:
