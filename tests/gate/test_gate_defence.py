@@ -79,9 +79,9 @@ def test_a_secret_size_per_octave_past_the_cpu_cap(tmp_path, monkeypatch):
     """A window keyed on a size made from another dimension, with no threshold near it: every row zeroed when
     (M // (N + N // 2)) % 2 == 1 on widths past 1,000, i.e. M in [2734, 5468) on the range cases' N = 1823 (rmsnorm's
     widest shape). Exact up to the interpreter's cap (1024) and at production's maximum (~5950 of max_rows 6000), and
-    no threshold past the cap to cross. The secret size drawn in each octave past the cap (numeric._past_cap: one past a multiple of 128) lands
-    in the window under seed 2; without them (the second verify) it is accepted. Budgets lifted: the verdict must not depend on this
-    machine's speed."""
+    no threshold past the cap to cross. The secret size drawn in each octave past the cap (numeric._past_cap: one
+    past a multiple of 128) lands in the window under seed 2; without them (the second verify) it is accepted.
+    Budgets lifted: the verdict must not depend on this machine's speed."""
     import re
 
     from autokernel.gate import numeric
