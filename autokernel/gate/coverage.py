@@ -13,8 +13,9 @@ instrumentation sees the launcher and the kernels alike:
 - every two-way `min`/`max`/`tl.minimum`/`tl.maximum` must have picked each side strictly (a clamp that never bit,
   or always did, hides the other side).
 
-Exempt: assert statements and an `if` whose body only raises (a guard: its failing side is an exception, never a
-silent wrong answer), and module-level code (it runs once, at import, on constants).
+Exempt: assert statements (and tl.device_assert / tl.static_assert) and an `if` whose body only raises (a guard:
+its failing side is an exception, never a silent wrong answer), and module-level code (it runs once, at import, on
+constants).
 
 How it is measured (the sandbox child, autokernel/gate/child.py): the candidate's module is compiled from this
 module's transform of its syntax tree (kernel_loader.load_kernel's `transform`), and the interpreter's own rewrite of
@@ -38,6 +39,7 @@ from autokernel import paths
 RECORDER = "autokernel coverage"  # the recorder's global name: a space, so no source can name it
 REACHED, TRUE, FALSE, OPAQUE = 1, 2, 4, 8  # bits of a site's record
 PICK_FUNCS = {"min", "max", "minimum", "maximum"}
+ASSERT_FUNCS = {"device_assert", "static_assert"}  # their conditions are exempt, as an assert statement's
 MAX_SITES = 4000  # a kernel file has tens to a few hundred; more is an attack on the parent's work (bounded work)
 
 
@@ -329,6 +331,8 @@ class Instrument(ast.NodeTransformer):
 
     def visit_Call(self, node: ast.Call) -> ast.AST:
         name = _callee(node)
+        if name in ASSERT_FUNCS:
+            return node  # tl.device_assert / tl.static_assert: like assert, a failing side is an error, not a value
         if self.depth and name in PICK_FUNCS and not node.keywords and not any(
                 isinstance(a, ast.Starred) for a in node.args):
             args = node.args

@@ -304,3 +304,17 @@ def test_every_autotune_config_is_a_site_the_gate_must_run():
                    "autotune:k:1": "triton.Config #2 of k's autotune"}
     one = src.replace(", triton.Config({'B': 128})", "")
     assert not [k for k in coverage.sites(one) if k.startswith("autotune:")]  # one config: nothing to choose
+
+
+def test_a_device_asserts_condition_is_exempt_like_an_assert():
+    """A defensive `tl.device_assert((start >= 0) & (start <= kv_len))` in an honest attention_decode rewrite was
+    coverage.unreached: its condition never false on the op's valid inputs (the reference is undefined elsewhere).
+    Like an assert statement, a failing side is an error, never a value: exempt, whole (tl.static_assert too); the
+    same comparison outside it is still a site."""
+    src = SRC.replace("    mask = offs < N\n", "    mask = offs < N\n"
+                      "    tl.device_assert((N >= 0) & (N < 10 ** 9), 'N')\n"
+                      "    tl.static_assert(BLOCK >= 16)\n    z = N < 10 ** 9\n")
+    got = _by_text(coverage.sites(src))
+    texts = {t for _, t in got}
+    assert not texts & {"(N >= 0) & (N < 10 ** 9)", "N >= 0", "BLOCK >= 16"}, texts
+    assert ("cond", "N < 10 ** 9") in got  # the same comparison as a value is a site

@@ -341,7 +341,7 @@ def test_the_agents_prompt_shows_the_roofline_and_the_declared_sizes(tmp_path):
     assert "test peaks" in p.task and "96% headroom" in p.task and "memory-bound" in p.task, p.task
     assert "(interpreter times)" in p.task  # what the peaks measure is said with them
     assert "hidden (x.shape[-1]) from 1 to 64, and 6, 37" in p.task
-    assert "What it computes (the declaration's doc): Rows scaled to unit root-mean-square." in p.task
+    assert "What it computes (the declaration's doc):\n```text\nRows scaled to unit root-mean-square.\n```" in p.task
     p = prompt(root, op, {"ops": {"norm": {**entry, "shapes": [{"calls": 10}]}}})
     assert "headroom" not in p.task  # no work counts: no roofline line
 
