@@ -563,8 +563,8 @@ def _reach(runner: _Runner, planned, skipped: dict[str, str], slots: list, cover
     known = {json_shape(s) for s in shapes}
     wanted = {json_shape(s): s for s in [*crossings, *octaves, shape] if json_shape(s) not in known}
     fits = {k: s for k, s in wanted.items() if _need_mb(spec, s, planned[0][1]) <= runner.limits.memory_mb}
-    done = _greedy(fits, work, REACH_WORK, [])
-    done = [k for k in fits if k in _greedy(fits, est_s, REACH_BUDGET_S, done)]
+    floor = _greedy(fits, work, REACH_WORK, [])
+    done = _greedy(fits, est_s, REACH_BUDGET_S, floor)  # the floor first: its data and dtypes never depend on extras
     if done:  # production's data at production's sizes: "outliers" first, then "mixed", in turn (a soft clip of
         # values past 4N taken only past 2N rows was exact on "mixed" alone, which holds no value that large); and
         # production's dtypes: the largest call in a half precision (secretly which), the next ones in the plan's
@@ -573,7 +573,7 @@ def _reach(runner: _Runner, planned, skipped: dict[str, str], slots: list, cover
         dts = list(dict.fromkeys(p[1] for p in planned))
         random.Random(_derive(runner.seed, "reach dtype")).shuffle(dts)
         dts.sort(key=lambda dt: torch.empty((), dtype=dt).element_size())  # stable: the halves first, shuffled
-        big_first = sorted(done, key=lambda k: -work(wanted[k]))
+        big_first = sorted(floor, key=lambda k: -work(wanted[k])) + [k for k in done if k not in floor]
         dtype_of = {k: dts[i % len(dts)] for i, k in enumerate(big_first)}
         cases = [(wanted[k], dtype_of[k], turns[i % len(turns)], schedule.SINGLE) for i, k in enumerate(done)]
         run_chunks(runner, _chunked(runner, cases, skipped, len(slots), len(planned) + runner.steered), slots)

@@ -27,8 +27,10 @@ def clone(tmp_path):
     repo = git.Repo.clone_from(ROOT, tmp_path / "clone")
     (tmp_path / "clone" / "policies.yaml").write_text(
         "agent:\n  provider: search\n  max_iterations: 2\nbench:\n  max_time_s: 10\n")
-    (tmp_path / "clone" / "kernels" / "rmsnorm.py").write_text(
-        (tmp_path / "clone" / "kernels" / "rmsnorm.py").read_text() + "# the user's uncommitted edit\n")
+    # the user's uncommitted edit, in a kernel the run does not tune (the op's own file must be HEAD's:
+    # tests/run/test_delivery.py test_an_op_file_that_is_not_heads_is_refused_before_a_session)
+    (tmp_path / "clone" / "kernels" / "silu_mul.py").write_text(
+        (tmp_path / "clone" / "kernels" / "silu_mul.py").read_text() + "# the user's uncommitted edit\n")
     return repo
 
 
