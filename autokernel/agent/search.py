@@ -133,13 +133,9 @@ def find_knobs(source: str, launch_options: bool = True) -> list[Knob]:
                 v = _bound_literal(v.id, [s for s in (enclosing.get(call), tree) if s is not None])
             if not _int_literal(v):
                 continue
-            value = v.value
-            assert isinstance(value, int)  # _int_literal
-            base = POW2_BLOCKS if _is_block(kw.arg) else NUM_WARPS if kw.arg == "num_warps" else NUM_STAGES
-            a = _char(lines, starts, v.lineno, v.col_offset)
-            b = _char(lines, starts, v.end_lineno, v.end_col_offset)
-            if all(k.start != a for k in found):  # one literal shared by several launches is one knob
-                found.append(Knob(kw.arg, kw.arg, i, value, a, b, tuple(sorted(set(base) | {value}))))
+            knob = _literal_knob(kw.arg, kw.arg, i, v, lines, starts)
+            if all(k.start != knob.start for k in found):  # one literal shared by several launches is one knob
+                found.append(knob)
         ends: list[ast.expr | ast.keyword] = [*call.args, *call.keywords]
         last = max(ends, key=lambda n: (n.end_lineno or 0, n.end_col_offset or 0), default=None)
         if last is not None and not autotuned and launch_options:
@@ -174,12 +170,17 @@ def _config_knobs(tree: ast.AST, lines: list[str], starts: list[int], first: int
         for name, v in pairs:
             if not _int_literal(v):
                 continue
-            value = v.value
-            assert isinstance(value, int)  # _int_literal
-            base = POW2_BLOCKS if _is_block(name) else NUM_WARPS if name == "num_warps" else NUM_STAGES
-            a, b = _char(lines, starts, v.lineno, v.col_offset), _char(lines, starts, v.end_lineno, v.end_col_offset)
-            found.append(Knob(f"{name}@config{j}", name, first + j, value, a, b, tuple(sorted(set(base) | {value}))))
+            found.append(_literal_knob(f"{name}@config{j}", name, first + j, v, lines, starts))
     return found
+
+
+def _literal_knob(name: str, kwarg: str, group: int, v: ast.Constant, lines: list[str], starts: list[int]) -> Knob:
+    """The knob of one int literal in the source: its offsets, and the power-of-2 (or launch option) choices."""
+    value = v.value
+    assert isinstance(value, int)  # _int_literal
+    base = POW2_BLOCKS if _is_block(kwarg) else NUM_WARPS if kwarg == "num_warps" else NUM_STAGES
+    a, b = _char(lines, starts, v.lineno, v.col_offset), _char(lines, starts, v.end_lineno, v.end_col_offset)
+    return Knob(name, kwarg, group, value, a, b, tuple(sorted(set(base) | {value})))
 
 
 def apply(source: str, knobs: list[Knob], config: dict[str, int]) -> str:
