@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import cast
 
 from autokernel import paths
+from autokernel.gate import autotune_list
 
 RECORDER = "autokernel coverage"  # the recorder's global name: a space, so no source can name it
 REACHED, TRUE, FALSE, OPAQUE = 1, 2, 4, 8  # bits of a site's record
@@ -453,12 +454,13 @@ def describe(gaps: list[tuple[Site, str]], cases: int) -> str:
 # reached (autotune_sites; install_autotune).
 
 def _config_nodes(fn: ast.FunctionDef) -> list[ast.expr]:
-    """The triton.Config expressions of fn's @triton.autotune(configs=[...]), [] without one."""
+    """The triton.Config expressions of fn's @triton.autotune(configs=[...]) (a comprehension expanded, in its run
+    order), [] without one."""
     for d in fn.decorator_list:
         if isinstance(d, ast.Call) and _callee(d) == "autotune":
             for k in d.keywords:
-                if k.arg == "configs" and isinstance(k.value, (ast.List, ast.Tuple)):
-                    return list(k.value.elts)
+                if k.arg == "configs":
+                    return autotune_list.configs(k.value) or []
     return []
 
 

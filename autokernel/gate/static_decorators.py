@@ -1,13 +1,15 @@
 """The grammar of a kernel's decorators (the static stage, autokernel/gate/static.py): triton.jit with literal
 options, triton.heuristics of `lambda args: <arithmetic on args['name']>`, triton.autotune of literal triton.Config
-lists keyed on string literals; never a hook (pre_hook, post_hook, prune_configs_by, reset_to_zero, restore_value,
-do_bench), which would run arbitrary code around every launch."""
+lists (or comprehensions over literals: autokernel/gate/autotune_list.py) keyed on string literals; never a hook
+(pre_hook, post_hook, prune_configs_by, reset_to_zero, restore_value, do_bench), which would run arbitrary code around
+every launch."""
 from __future__ import annotations
 
 import ast
 from typing import TYPE_CHECKING
 
 from autokernel.gate import allowlist as A
+from autokernel.gate import autotune_list
 from autokernel.gate.static_common import literal, special
 
 if TYPE_CHECKING:
@@ -94,10 +96,13 @@ def _autotune(d: ast.Call, facts: Facts) -> None:
                 isinstance(e, ast.Constant) and isinstance(e.value, str) for e in k.value.elts)):
             facts.add("static.forbidden_syntax", d, "triton.autotune key=[...] lists string literals")
         elif k.arg == "configs":
-            if not isinstance(k.value, (ast.List, ast.Tuple)):
-                facts.add("static.forbidden_syntax", d, "triton.autotune configs=[triton.Config(...), ...] literal")
+            configs = autotune_list.configs(k.value)
+            if configs is None:
+                facts.add("static.forbidden_syntax", d, "triton.autotune configs=[triton.Config(...), ...]: a "
+                                                        "literal list, or a comprehension over literal lists/range()"
+                                                        f" (at most {autotune_list.MAX_CONFIGS} configs)")
                 continue
-            for c in k.value.elts:
+            for c in configs:
                 _config(c, facts)
 
 

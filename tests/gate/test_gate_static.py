@@ -377,6 +377,10 @@ def test_decorator_grammar():
     config = "triton.Config({'BLOCK': 64}, num_warps=4, num_stages=2)"
     assert deco(f"@triton.autotune(configs=[{config}], key=['N'])\n") == []
     assert deco("@triton.heuristics({'EVEN': lambda args: args['N'] % args['BLOCK'] == 0})\n") == []
+    sweep = "triton.Config({'BLOCK': b * 2}, num_warps=w) for b in (32, 64) for w in range(2, 9, 2) if b * w <= 256"
+    assert deco(f"@triton.autotune(configs=[{sweep}], key=['N'])\n") == []
+    assert deco("@triton.autotune(configs=[triton.Config({'BLOCK': b}) for b, w in [(32, 4), (64, 8)]], "
+                "key=['N'])\n") == []
     for bad, reason in [
         ("@triton.autotune(configs=[triton.Config({}, num_warps=4)], key=['N'], reset_to_zero=['y_ptr'])\n",
          "static.forbidden_call"),
@@ -385,6 +389,17 @@ def test_decorator_grammar():
         ("@triton.autotune(configs=[triton.Config({}, post_hook=print)], key=['N'])\n", "static.forbidden_call"),
         ("@triton.autotune(configs=[triton.Config({'B': M})], key=['N'])\n", "static.forbidden_syntax"),
         ("@triton.autotune(configs=CONFIGS, key=['N'])\n", "static.forbidden_syntax"),
+        # a comprehension is expanded only over literals (and the configs it makes are checked as if written out)
+        ("@triton.autotune(configs=[triton.Config({'B': b}) for b in SIZES], key=['N'])\n",
+         "static.forbidden_syntax"),
+        ("@triton.autotune(configs=[triton.Config({'B': b}) for b in range(1000)], key=['N'])\n",
+         "static.forbidden_syntax"),
+        ("@triton.autotune(configs=[triton.Config({'B': b}, pre_hook=print) for b in (1, 2)], key=['N'])\n",
+         "static.forbidden_call"),
+        ("@triton.autotune(configs=[triton.Config({'B': b + M}) for b in (1, 2)], key=['N'])\n",
+         "static.forbidden_syntax"),
+        ("@triton.autotune(configs=[triton.Config({'B': (lambda: b)()}) for b in (1, 2)], key=['N'])\n",
+         "static.forbidden_syntax"),
         ("@triton.heuristics({'B': lambda args: args['x_ptr'].data_ptr() % 7})\n", "static.forbidden_call"),
         ("@triton.heuristics({'B': lambda args: print(args)})\n", "static.forbidden_call"),
         ("@triton.heuristics({'B': lambda args, n=[0]: 1})\n", "static.forbidden_syntax"),
