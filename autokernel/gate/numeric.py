@@ -481,6 +481,10 @@ REACH_BASE_MB, REACH_COPIES = 1024, 8  # a numeric job's own footprint (torch, T
 REACH_WORK = 4.0  # the calls past the plan's cap always made, all together, in units of the costliest call measured
 # (schedule.cost): a floor that does not depend on this machine's speed or load, so the same candidate gets the same
 # calls anywhere (on 2 idle cores ~30 s for rmsnorm at the 1024-row cap: the octave past it, not production's 8192)
+REACH_TOP_WORK = 10.0  # production's maximum itself joins the floor where its call's work is at most this (linear ops:
+# rmsnorm's 8k rows are ~8 cap calls, ~60 s on 2 cores): a kernel wrong only past the floor's octaves (M > 8N, say:
+# no literal to cross) was accepted and vouched for up to the cap; a quadratic op's maximum (prefill attention at 8k
+# tokens, 64 cap calls) stays a stated gap on CPU, checked where the kernels compile
 REACH_BUDGET_S = 30.0  # estimated interpreter seconds the further calls past the cap may take, all together (a decode
 # call at L = 8191 costs seconds; an 8191-row rmsnorm ~60 s on 2 cores, so that one is stated instead): a fast
 # machine goes further than the floor
@@ -529,7 +533,8 @@ def _greedy(calls: dict[str, dict], price, budget: float, taken: list[str]) -> l
 
 def _reach(runner: _Runner, planned, skipped: dict[str, str], slots: list, cover: Cover) -> dict:
     """Calls past the plan's cap (the interpreter's row cap) up to production's maximum of the range dimension, each
-    one case: as far as their work fits REACH_WORK together (the same calls on any machine, under any load), then
+    one case: as far as their work fits REACH_WORK together (the same calls on any machine, under any load), and
+    production's maximum where its work is at most REACH_TOP_WORK, then
     further as far as their estimated times (the candidate's measured speed) fit REACH_BUDGET_S; each within the
     sandbox's memory (_past_cap's order; one that does not fit is passed over, cheaper ones still run): a
     kernel right up to the cap and wrong past it (a fixed number of key blocks, StreamingLLM-style sinks plus a
@@ -564,6 +569,9 @@ def _reach(runner: _Runner, planned, skipped: dict[str, str], slots: list, cover
     wanted = {json_shape(s): s for s in [*crossings, *octaves, shape] if json_shape(s) not in known}
     fits = {k: s for k, s in wanted.items() if _need_mb(spec, s, planned[0][1]) <= runner.limits.memory_mb}
     floor = _greedy(fits, work, REACH_WORK, [])
+    last = json_shape(shape)
+    if last in fits and last not in floor and work(shape) <= REACH_TOP_WORK:
+        floor.append(last)
     done = _greedy(fits, est_s, REACH_BUDGET_S, floor)  # the floor first: its data and dtypes never depend on extras
     if done:  # production's data at production's sizes: "outliers" first, then "mixed", in turn (a soft clip of
         # values past 4N taken only past 2N rows was exact on "mixed" alone, which holds no value that large); and
@@ -578,7 +586,6 @@ def _reach(runner: _Runner, planned, skipped: dict[str, str], slots: list, cover
         cases = [(wanted[k], dtype_of[k], turns[i % len(turns)], schedule.SINGLE) for i, k in enumerate(done)]
         run_chunks(runner, _chunked(runner, cases, skipped, len(slots), len(planned) + runner.steered), slots)
     ran = [k for k in done if k not in skipped]
-    last = json_shape(shape)
     return {"dim": dim, "rows": shape[dim], "vouched": shape[dim] if last in ran else cover.max_rows,
             "production": cover.production_rows, "est_s": round(est_s(shape), 1), "need_mb": round(need_mb),
             "checked": last in ran, "past_cap_checked": sorted(wanted[k][dim] for k in ran if k != last),

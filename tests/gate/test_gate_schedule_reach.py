@@ -163,4 +163,30 @@ def test_the_calls_past_the_cap_do_not_depend_on_this_machines_speed(monkeypatch
     assert loaded and loaded == idle, (idle, loaded)  # the octave (1024, 2048] and production's maximum both times
     assert max(loaded) > 2048 - 128 and any(1024 < m < 2048 and m % numeric.TAIL_BLOCK == 1 for m in loaded), loaded
     monkeypatch.setattr(numeric, "REACH_WORK", 0.0)
+    monkeypatch.setattr(numeric, "REACH_TOP_WORK", 0.0)
     assert reached(600.0) == [], "without the floor a slow machine makes none (the CI failure)"
+
+
+def test_production_maximum_joins_the_floor_where_its_work_is_linear(monkeypatch):
+    """rmsnorm/wide_rows_past_floor (every row 1% off past M = 4N, by arithmetic: nothing to cross, no condition)
+    was accepted wherever the time budget did not afford production's maximum: the floor of REACH_WORK cap calls
+    reached the first octave past the cap only. Production's maximum now joins the floor where its work is at most
+    REACH_TOP_WORK cap calls (rows-linear ops); a quadratic op's (prefill attention at 8k tokens) stays a stated gap."""
+    from types import SimpleNamespace
+    monkeypatch.setattr(numeric, "_chunked", lambda runner, cases, *a: cases)
+    made: list[list] = []
+    monkeypatch.setattr(numeric, "run_chunks", lambda runner, chunks, slots: made.append(chunks))
+
+    def reach(op: str) -> dict:
+        spec = get(op)
+        planned = numeric.plan(spec, None, None, None, 0, 1024, set(), production_rows=8192)
+        big = max((p[0] for p in planned), key=lambda s: schedule.cost(spec, s))
+        runner = SimpleNamespace(spec=spec, seed=0, shape_of={"big": big}, call_s={"big": 600.0},  # a slow machine
+                                 limits=SimpleNamespace(memory_mb=1 << 20), steered=0)
+        return numeric._reach(runner, planned, {}, [], numeric.Cover(0, 1024, 8192, frozenset()))
+
+    for op in ("rmsnorm", "add_rmsnorm", "silu_mul", "attention_decode", "embedding_q8_0"):
+        out = reach(op)
+        assert out["checked"] and out["vouched"] == out["rows"] > 8192 - 8192 // 64, (op, out)
+    out = reach("attention")
+    assert not out["checked"] and out["vouched"] == 1024, out
