@@ -2,12 +2,13 @@
 
 What the candidate sees: the system's /usr (and /bin, /lib... or their merged-usr symlinks), a handful of /etc files
 the loader and compilers need, the Python installation and virtualenv, the project's `autokernel/` and `kernels/`
-packages (not the repository: no .git, .env, policies or sandbox/ evidence), the job's input directory, all
-read-only; a private, size-limited tmpfs on /tmp (its only writable place: the job's scratch directory, HOME, TMPDIR
-and Triton cache live in it, and it vanishes with the job); a minimal, read-only /dev (plus the NVIDIA device nodes
-where they exist); its own /proc; a read-only root; no network (a new, empty network namespace), no other processes
-(a new pid namespace), no capabilities, a seccomp filter (autokernel/sandbox/seccomp.py) and an environment built
-from an allowlist.
+packages (not the repository: no .git, .env, policies or sandbox/ evidence), the job's input directory, a target
+checkout's tree for its engine (its .git covered: _project_binds; its other files, untracked ones included, are
+what its own code would see anyway), all read-only; a private, size-limited tmpfs on /tmp (its only writable place:
+the job's scratch directory, HOME, TMPDIR and Triton cache live in it, and it vanishes with the job); a minimal,
+read-only /dev (plus the NVIDIA device nodes where they exist); its own /proc; a read-only root; no network (a new,
+empty network namespace), no other processes (a new pid namespace), no capabilities, a seccomp filter
+(autokernel/sandbox/seccomp.py) and an environment built from an allowlist.
 
 Order matters: the private /tmp is mounted FIRST and everything else is bound on top of it. A checkout or venv that
 lives under /tmp (CI clones do) is then bound into the new /tmp instead of being hidden by it.
@@ -112,13 +113,28 @@ def _host_binds() -> list[str]:
 
 
 def _project_binds(inputs: Path | None, ro_paths: list[Path]) -> list[str]:
-    """The project's packages (not the repository), the caller's trusted read-only paths, the job's inputs."""
+    """The project's packages (not the repository), the caller's trusted read-only paths, the job's inputs. A bound
+    directory's git metadata (`.git`) is covered by an empty one: a target checkout is bound whole for its engine,
+    and its .git/config holds what CI put there (actions/checkout's `http.extraheader` token), which the checkout's
+    own code must not read (it could print it, encoded, in the error a user or a public CI log sees)."""
     a: list[str] = []
     for pkg in PROJECT_PACKAGES:
         a += ["--ro-bind", str(INSTALLED / pkg), str(INSTALLED / pkg)]
     for p in [*ro_paths, *([inputs] if inputs is not None else [])]:
-        a += ["--ro-bind", str(p), str(p)]
+        a += ["--ro-bind", str(p), str(p)] + _git_cover(Path(p))
     return a
+
+
+def _git_cover(d: Path) -> list[str]:
+    """bwrap arguments that hide d/.git: an empty read-only tmpfs over a directory; over a file (a worktree's or a
+    submodule's `gitdir:` pointer) or a link, /dev/null, which a bind makes unopenable (bubblewrap binds nodev); []
+    where there is none."""
+    git = d / ".git"
+    if git.is_dir() and not git.is_symlink():
+        return ["--tmpfs", str(git), "--remount-ro", str(git)]
+    if os.path.lexists(git):
+        return ["--ro-bind", "/dev/null", str(git)]
+    return []
 
 
 def _device_binds(gpu: bool) -> list[str]:

@@ -406,3 +406,39 @@ def test_no_bytecode_is_written_even_without_bubblewrap(tmp_path):
                     LIMITS.model_copy(update={"isolation": "none"}), pythonpath=[HERE, pkg])
     assert r.ok, r
     assert not (pkg / "__pycache__").exists()
+
+
+@needs_bwrap
+@pytest.mark.parametrize("pointer", [False, True])
+def test_a_bound_checkouts_git_metadata_is_hidden_from_its_code(tmp_path, pointer):
+    """A target checkout is bound whole for its engine (pythonpath), and CI's actions/checkout leaves its token in
+    .git/config (`http.extraheader`): the checkout's own code read it in the sandbox and printed it, hex-encoded, in
+    the error init showed. Its .git (a directory, or a worktree's `gitdir:` file) is covered; its files stay."""
+    checkout = tmp_path / "checkout"
+    (checkout / "pkg").mkdir(parents=True)
+    (checkout / "pkg" / "engine.py").write_text("X = 1\n")
+    if pointer:
+        (checkout / ".git").write_text("gitdir: /elsewhere/.git/worktrees/w\n")
+    else:
+        (checkout / ".git").mkdir()
+        (checkout / ".git" / "config").write_text('[http "https://github.com/"]\n\textraheader = AUTHORIZATION: x\n')
+    probe = f"""
+        import os
+        def main(job_dir):
+            root = {str(checkout)!r}
+            git = os.path.join(root, ".git")
+            try:
+                seen = sorted(os.listdir(git)) if os.path.isdir(git) else open(git).read()
+            except OSError:
+                seen = "unreadable"
+            try:
+                open(os.path.join(git, "planted"), "w").write("x")
+                wrote = True
+            except OSError:
+                wrote = False
+            return {{"git": seen, "engine": open(os.path.join(root, "pkg", "engine.py")).read(), "wrote": wrote}}
+        """
+    r = sandbox.run(sandbox_entries.call_candidate, {"candidate": "candidate.py"}, tmp_path / "job", LIMITS,
+                    inputs={"candidate.py": textwrap.dedent(probe).encode()}, pythonpath=[HERE, checkout])
+    assert r.ok, r
+    assert r.data["result"] == {"git": "unreadable" if pointer else [], "engine": "X = 1\n", "wrote": False}, r.data
