@@ -28,7 +28,6 @@ judged; an op the engine calls in neither pass is passed as "not exercised", nev
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import random
 import secrets
@@ -44,6 +43,7 @@ from autokernel.gate import e2e_child
 from autokernel.gate.verdict import StageResult
 from autokernel.paths import INSTALLED_LAYOUT
 from autokernel.policy import Policy
+from autokernel.sandbox.channel import load_blob
 
 
 def _cache() -> Path:
@@ -328,9 +328,9 @@ def _returned(data: dict, base: dict, new_tokens: int) -> tuple[list[torch.Tenso
     if not isinstance(lengths, list) or [type(x) for x in lengths] != [int] * len(want) or lengths != want:
         return None, [], f"logit rows {lengths!r:.60} from the candidate engine, expected {want}"
     try:
-        logits = torch.load(io.BytesIO(data["logits"]), weights_only=True)
-    except Exception as e:  # noqa: BLE001 -- missing or unreadable: either way not logits
-        return None, [], f"the candidate engine returned no readable logits ({type(e).__name__})"
+        logits = load_blob(data.get("logits"))
+    except ValueError as e:  # missing or unreadable: either way not logits
+        return None, [], f"the candidate engine returned no readable logits ({e})"
     shape = (sum(want), base["logits"].shape[1])
     if type(logits) is not torch.Tensor or tuple(logits.shape) != shape or logits.dtype != base["logits"].dtype:
         got = tuple(logits.shape) if isinstance(logits, torch.Tensor) else type(logits).__name__
@@ -353,9 +353,9 @@ def judge_calls(op: str, blob) -> tuple[int, str, set[tuple[str, str]]]:
     from autokernel.ops.tolerance import compare_outputs, references
     spec = get(op)
     try:
-        calls = torch.load(io.BytesIO(blob), weights_only=True)
-    except Exception as e:  # noqa: BLE001 -- missing or unreadable: either way no calls
-        return -1, f"the candidate engine returned no readable calls ({type(e).__name__})", set()
+        calls = load_blob(blob)
+    except ValueError as e:  # missing or unreadable: either way no calls
+        return -1, f"the candidate engine returned no readable calls ({e})", set()
     if not isinstance(calls, list) or not calls:
         return -1, "the candidate engine returned no call of the candidate (its first call is always kept)", set()
     sig = inspect.signature(spec.reference)

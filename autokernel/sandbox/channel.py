@@ -60,6 +60,31 @@ def parse_frame(chunks: list, nonce: bytes) -> tuple[dict | None, str]:
     return frame, ""
 
 
+def load_blob(blob: object) -> object:
+    """A torch.save blob a job returned inside its frame (outputs, logits, captured calls), loaded weights-only, with
+    no tensor larger than the bytes that carry it: a view whose elements overlap (a stride-0 expand of one element
+    to (rows, 2**40)) arrives in a few bytes and made the parent allocate 211 TB at its first `.double()`. Raises
+    ValueError naming what is wrong; the caller turns it into its own failure."""
+    import torch
+    if not isinstance(blob, (bytes, bytearray)):
+        raise ValueError(f"not a blob ({type(blob).__name__})")
+    try:
+        value = torch.load(io.BytesIO(blob), weights_only=True)
+    except Exception as e:  # noqa: BLE001 -- whatever the bytes are, they do not load
+        raise ValueError(f"unreadable ({type(e).__name__})") from None
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, dict):
+            stack += list(v.values())
+        elif isinstance(v, (list, tuple)):
+            stack += list(v)
+        elif isinstance(v, torch.Tensor) and v.numel() * v.element_size() > v.untyped_storage().nbytes():
+            raise ValueError(f"a tensor of shape {tuple(v.shape)} over {v.untyped_storage().nbytes()} bytes of "
+                             "storage (elements that overlap: an expanded view)")
+    return value
+
+
 class LogTail:
     """The last LOG_KEEP_BYTES of the child's stdout+stderr, and how much was dropped before them."""
 

@@ -19,7 +19,6 @@ writes no input generator (docs/targets.md).
 from __future__ import annotations
 
 import hashlib
-import io
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +30,7 @@ from autokernel import paths
 from autokernel.errors import UserError
 from autokernel.ops.spec import OpSpec, sample
 from autokernel.ops.tolerance import References
+from autokernel.sandbox.channel import load_blob
 from autokernel.target import declaration as decl
 from autokernel.target.discover import LauncherCalls
 
@@ -439,9 +439,9 @@ def _references(blob, reference: str, tolerance: dict | None = None) -> Referenc
     if not isinstance(blob, bytes):
         raise ReferenceError(f"the reference {reference}'s job returned no outputs for a value set")
     try:
-        data = torch.load(io.BytesIO(blob), weights_only=True)
-    except Exception as e:  # noqa: BLE001 -- whatever came back from the sandbox is data to check
-        raise ReferenceError(f"the reference {reference}'s outputs do not load: {type(e).__name__}") from None
+        data = load_blob(blob)
+    except ValueError as e:  # whatever came back from the sandbox is data to check
+        raise ReferenceError(f"the reference {reference}'s outputs do not load: {e}") from None
     ref64, eager = (data.get("ref64"), data.get("eager")) if isinstance(data, dict) else (None, None)
     ok = all(isinstance(x, list) and x and all(type(t) is torch.Tensor for t in x) for x in (ref64, eager))
     if not (ok and isinstance(ref64, list) and isinstance(eager, list)) or len(ref64) != len(eager):

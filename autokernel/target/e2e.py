@@ -25,6 +25,7 @@ from pathlib import Path
 
 from autokernel.errors import UserError
 from autokernel.gate.verdict import StageResult
+from autokernel.sandbox.channel import load_blob
 from autokernel.target import declaration as decl
 
 PROMPT_LENGTHS = (5, 9, 3)  # token ids per prompt: prefill shapes the workload may not have sent
@@ -106,9 +107,9 @@ def _run(root: Path, d: decl.Declaration, op: decl.Op, policy, job_dir: Path, st
     if data.get("failed"):
         return None, f"the engine raised: {str(data.get('detail'))[:300]} ({data.get('where') or 'no checkout frame'})"
     try:
-        logits = torch.load(io.BytesIO(data["logits"]), weights_only=True)
-    except Exception:  # noqa: BLE001 -- whatever came back is data
-        return None, "the engine job's logits do not load"
+        logits = load_blob(data.get("logits"))
+    except ValueError as e:  # whatever came back is data
+        return None, f"the engine job's logits do not load: {e}"
     out: dict = {k: data.get(k) for k in ("prompts", "tokens", "prefixes")}
     ints = [isinstance(v, list) and all(isinstance(r, list) and all(type(x) is int for x in r) for r in v)
             for v in out.values()]
@@ -122,11 +123,18 @@ def _run(root: Path, d: decl.Declaration, op: decl.Op, policy, job_dir: Path, st
     if base is not None and (out["prompts"] != base["prompts"] or out["prefixes"] != base["prefixes"]):
         return None, "the engine job did not run the baseline's prompts"
     calls = data.get("calls")
-    if not (isinstance(calls, dict) and all(k in op.launchers and type(v) is int and v >= 0 for k, v in calls.items())):
+    if not (isinstance(calls, dict) and all(k in op.launchers and type(v) is int and 0 <= v <= MAX_CALLS
+                                            for k, v in calls.items())):
         return None, "the engine job returned malformed launcher counts"
     out["logits"], out["steps"], out["calls"] = logits, steps, sum(calls.values())
-    out["captured"], out["unloadable"] = data.get("captured"), data.get("unloadable")
+    unloadable = data.get("unloadable")
+    out["captured"], out["unloadable"] = data.get("captured"), unloadable if type(unloadable) is int and \
+        0 <= unloadable <= MAX_CALLS else None
     return out, ""
+
+
+MAX_CALLS = 1 << 24  # launcher calls one end-to-end job may report: the count reaches the commit message and the PR
+# body, so a number the engine chose is bounded (an 87-digit count carried CI's token out, decimal-encoded)
 
 
 def check(root: Path, d: decl.Declaration, op: decl.Op, candidate: Path, policy) -> StageResult:
@@ -193,10 +201,12 @@ def _judge_calls(root: Path, op: decl.Op, got: dict, job_dir: Path, policy) -> t
     from autokernel.ops import tolerance
     from autokernel.target import contract
     try:
-        kept = torch.load(io.BytesIO(got["captured"]), weights_only=True)
-    except Exception as e:  # noqa: BLE001 -- missing or unreadable: either way no calls
-        return 0, f"the candidate engine returned no readable calls ({type(e).__name__})"
-    ok = isinstance(kept, list) and kept and all(
+        kept = load_blob(got["captured"])
+    except ValueError as e:  # missing or unreadable: either way no calls
+        return 0, f"the candidate engine returned no readable calls ({e})"
+    if not isinstance(kept, list):
+        return 0, "the candidate engine returned no list of calls"
+    ok = kept and all(
         isinstance(c, list) and len(c) == 3 and c[0] in op.launchers and isinstance(c[1], dict)
         and all(isinstance(k, str) for k in c[1]) and isinstance(c[2], list)
         and all(type(t) is torch.Tensor for t in c[2]) for c in kept)

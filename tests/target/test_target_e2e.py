@@ -143,3 +143,30 @@ def test_nan_logits_from_the_candidate_engine_fail_the_kl_check(tmp_path, monkey
     cand.write_text(NORM)
     r = target_e2e.check(root, d, op, cand, Policy())
     assert not r.passed and r.reason == "e2e.kl_exceeded", (r.reason, r.detail)
+
+
+@pytest.mark.parametrize("attack", ["expanded_logits", "huge_count"])
+def test_what_the_engine_job_returns_is_bounded_data(tmp_path, monkeypatch, attack):
+    """The checkout's engine returns the end-to-end job's data. A stride-0 view of one element as (rows, 2**40)
+    arrived in a few bytes and made the parent allocate 211 TB (a traceback); a launcher count of 87 digits carried
+    CI's token, decimal-encoded, into the accepted verdict and the commit message. Both are refused as malformed."""
+    import io
+
+    import torch
+
+    from autokernel import sandbox
+    from autokernel.target import declaration as decl
+    root = checkout(tmp_path / "t")
+    d = decl.load(root)
+    assert d is not None
+    op = d.ops["norm"]
+    buf = io.BytesIO()
+    logits = torch.zeros(1).expand(3, 1 << 40) if attack == "expanded_logits" else torch.zeros(3, 16)
+    torch.save(logits, buf)
+    count = 10 ** 86 if attack == "huge_count" else 3
+    data = {"prompts": [[1]], "prefixes": [[1], [1, 2], [1, 2, 3]], "tokens": [[1, 2]], "steps": 2,
+            "logits": buf.getvalue(), "calls": {op.launchers[0]: count}, "captured": b"", "unloadable": 0}
+    monkeypatch.setattr(sandbox, "run", lambda *a, **k: sandbox.SandboxResult(True, None, "", data))
+    out, why = target_e2e._run(root, d, op, POLICY, tmp_path / "job", 2)
+    assert out is None and why, why
+    assert ("expanded view" in why) if attack == "expanded_logits" else ("launcher counts" in why), why
