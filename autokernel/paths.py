@@ -203,6 +203,9 @@ class Layout:
                 Path(base).resolve())):
             raise UserError(f"{d}: refused: the checkout's {name}/ is a symlink; autokernel writes its run state "
                             "only into a directory of the checkout itself (remove the link)")
+        if d.exists() and not d.is_dir():
+            raise UserError(f"{d}: refused: the checkout's {name} is a file, not a directory; autokernel writes its "
+                            "run state into a directory there (move the file)")
         return d
 
     def run_dir(self, kind: str, *tags: str) -> Path:

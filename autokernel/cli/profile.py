@@ -9,6 +9,7 @@ from typing import Optional
 
 import typer
 
+from autokernel import paths
 from autokernel.errors import UserError
 from autokernel.profile.profiler import CPU_TIMED_PER_SHAPE
 from autokernel.profile.show import print_op, print_pyspy, print_rank
@@ -57,7 +58,7 @@ def profile_cmd(
     pol = _policy(policy_file)
     run_dir = profiler.profile(
         workload_path=workload or pol.target.workload, kernels=kernels, weights=weights or pol.target.weights,
-        model_path=model or pol.target.model, out=out or Path("traces"), py_spy=py_spy,
+        model_path=model or pol.target.model, out=out or paths.Layout(Path.cwd()).traces, py_spy=py_spy,
         timed_per_shape=-1 if timed_calls is None else timed_calls)
     t = trace.load_trace(run_dir)
     print_rank(t, rank.rank(t, pol))
@@ -88,8 +89,8 @@ def rank_cmd(
     if root is not None:
         return _rank_target(root, trace_path, as_json, plot_file, op, policy_file)
     t = trace.load_trace(trace_path if trace_path is not None else trace.latest())
-    if isinstance(t.get("target"), dict):  # a target's trace passed as TRACE
-        return _rank_target(Path(t["target"].get("root", ".")), trace_path, as_json, plot_file, op, policy_file)
+    if isinstance(t.get("target"), dict):  # a target's trace passed as TRACE: ranked in its own checkout
+        return _rank_target(_trace_checkout(t), trace_path, as_json, plot_file, op, policy_file)
     if op is not None and op not in opspecs.OPS:
         raise UserError(f"unknown op {op!r}; known ops: {', '.join(opspecs.OPS)}")
     if op is not None and op not in t["ops"]:
@@ -125,6 +126,18 @@ def _target_root(repo: Optional[Path]) -> Optional[Path]:
     if repo is not None or (os.path.lexists(root / decl.NAME) and not paths.is_layout(root)):
         return root
     return None
+
+
+def _trace_checkout(t) -> Path:
+    """The checkout a target's trace belongs to: the one whose traces/ holds it (<root>/traces/<run>/summary.json),
+    never the root its (checkout-written, committed) contents name; a trace whose recorded root is another
+    directory is refused."""
+    root = Path(t["_path"]).resolve().parents[2]
+    named = t["target"].get("root")
+    if not isinstance(named, str) or Path(named).resolve() != root:
+        raise UserError(f"{t['_path']}: a target's trace names the checkout {str(named)[:200]!r}, but lies in "
+                        f"{root}: rank it with --repo CHECKOUT from its own traces/")
+    return root
 
 
 def _profile_target(root: Path, out: Optional[Path], policy_file: Optional[Path]) -> None:

@@ -163,8 +163,14 @@ def write(summary: dict, run_dir: Path) -> Path:
 
 
 def latest(root: Path = TRACES) -> Path:
-    """The newest run directory under `root` that holds a summary.json."""
-    runs = sorted(root.glob("*/summary.json"), key=lambda p: p.stat().st_mtime) if root.is_dir() else []
+    """The newest run directory under `root` that holds a summary.json, links refused: `root` may be a checkout's
+    committed traces/, and a summary.json (or run directory) linking out of it had `rank` read and print the file
+    it named."""
+    if root.is_symlink():
+        raise UserError(f"{root}: refused: traces/ is a symlink (autokernel reads the checkout's own traces only; "
+                        "pass a trace path to read another)")
+    runs = sorted((p for p in root.glob("*/summary.json") if not p.is_symlink() and not p.parent.is_symlink()
+                   and p.is_file()), key=lambda p: p.stat().st_mtime) if root.is_dir() else []
     if not runs:
         raise UserError(f"no trace under {root}/: run `autokernel profile` first, or pass a trace path")
     return runs[-1].parent

@@ -90,3 +90,34 @@ def test_malformed_workload_from_the_shell(tmp_path):
     assert r.returncode == 2, r.stderr
     assert r.stderr.strip().splitlines()[-1].startswith(f"autokernel: error: {bad}:2: field 'decode_steps'")
     assert "Traceback" not in r.stderr
+
+
+def test_the_default_traces_dir_is_never_a_link_or_a_file(ak, tmp_path):
+    """`autokernel profile` in a checkout (a clone of this project's layout) wrote its run into whatever the
+    checkout's committed traces/ linked to, outside it; a traces file made it fail with a traceback after the whole
+    workload. Both are refused up front, exit 2, nothing written."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    for name, make in [("link", lambda d: (d / "traces").symlink_to(outside)),
+                       ("file", lambda d: (d / "traces").write_text("not a directory\n"))]:
+        here = tmp_path / name
+        here.mkdir()
+        make(here)
+        _one_line_error(ak("profile", "--kernels", "reference", cwd=here), "traces")
+        assert not list(outside.iterdir())
+
+
+def test_rank_reads_no_trace_through_a_link_nor_another_checkout(ak, ref_trace_dir, tmp_path):
+    """`rank` with no TRACE read and printed a checkout's traces/<run>/summary.json that linked out of it; a
+    target's trace passed as TRACE had rank work in whatever directory its (checkout-written) `target.root` named."""
+    import shutil
+    run = tmp_path / "traces" / "r1"
+    run.mkdir(parents=True)
+    (run / "summary.json").symlink_to(ref_trace_dir / "summary.json")
+    _one_line_error(ak("rank", "--json", cwd=tmp_path), "no trace under traces")
+    forged = tmp_path / "co" / "traces" / "r2"
+    shutil.copytree(ref_trace_dir, forged)
+    summary = json.loads((forged / "summary.json").read_text())
+    summary["target"] = {"root": str(tmp_path / "elsewhere"), "build": "x:y", "declaration": "autokernel.toml"}
+    (forged / "summary.json").write_text(json.dumps(summary))
+    _one_line_error(ak("rank", forged), "names the checkout")
