@@ -38,6 +38,7 @@ import difflib
 import hashlib
 import hmac
 import json
+import math
 import os
 import threading
 import time
@@ -49,6 +50,24 @@ from autokernel.untrusted import fenced, line
 
 _APPEND = threading.Lock()
 FIELDS = ("sha256", "op", "device", "verdict", "reason", "detail", "accepted", "speedup", "speedup_ci", "time")
+
+
+def _number(v: object) -> bool:
+    """A ledger's speedup: a float that is a number, or a small int (a 4000-digit integer overflowed `ledger`'s
+    float())."""
+    return type(v) is float and not math.isnan(v) or type(v) is int and abs(v) < 1 << 53
+
+
+def _well_formed(e: object) -> bool:
+    """An entry as record() writes it, field by field: a committed ledger is the checkout's data, and every reader
+    formats its fields (an entry of the wrong types is skipped, as an unparsable line is)."""
+    if not isinstance(e, dict) or any(k not in e for k in FIELDS):
+        return False
+    ci = e["speedup_ci"]
+    return (all(isinstance(e[k], str) for k in ("sha256", "op", "device", "verdict", "detail", "time"))
+            and (e["reason"] is None or isinstance(e["reason"], str)) and type(e["accepted"]) is bool
+            and (e["speedup"] is None or _number(e["speedup"]))
+            and (ci is None or isinstance(ci, list) and len(ci) == 2 and all(_number(x) for x in ci)))
 
 
 def policy_digest(policy) -> str:
@@ -205,7 +224,7 @@ class Ledger:
                 e = json.loads(raw)
             except ValueError:
                 continue
-            if not isinstance(e, dict) or any(k not in e for k in FIELDS):
+            if not _well_formed(e):
                 continue
             if (op is None or e["op"] == op) and (not this_device or e["device"] == self.device):
                 out.append(e)

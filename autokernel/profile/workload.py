@@ -46,8 +46,8 @@ class Workload(BaseModel):
     """Decode forwards after each prefill. Stop tokens are ignored, so every run of a workload does the same work."""
     temperature: float = Field(0.0, ge=0.0)
     """0 picks greedily (argmax); above 0 samples through the softmax op, seeded by `seed`."""
-    seed: int = 0
-    """Seed for sampling."""
+    seed: int = Field(0, ge=0, lt=1 << 64)
+    """Seed for sampling (torch's generator takes 0 to 2**64 - 1)."""
 
     @field_validator("prompts")
     @classmethod

@@ -107,7 +107,7 @@ def _host_binds() -> list[str]:
     for d in _python_dirs():
         a += ["--ro-bind", d, d]
     for d in os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep):
-        if d and os.path.isdir(d) and not d.startswith(SYSTEM_DIRS):
+        if os.path.isabs(d) and os.path.isdir(d) and not d.startswith(SYSTEM_DIRS):  # "." or "" is the job's cwd
             a += ["--ro-bind", d, d]
     return a
 

@@ -66,6 +66,17 @@ def test_ledger_command_prints_this_checkouts_ledger(tmp_path):
     assert [x["verdict"] for x in rows] == ["rejected", "accepted"] and rows[1]["speedup"] == 1.25
     r = CliRunner().invoke(app, ["ledger", "--repo", str(tmp_path), "--op", "silu_mul"])
     assert r.exit_code == 0 and "no candidates for silu_mul" in r.output
+    # a committed ledger is the checkout's data: an entry of the wrong types (a 4000-digit speedup overflowed the
+    # table's float(); a list for a string) is skipped like a broken line, never a traceback
+    good = json.loads((tmp_path / "sandbox" / "ledger.jsonl").read_text().splitlines()[1])
+    with open(tmp_path / "sandbox" / "ledger.jsonl", "a") as f:
+        for bad in [{"speedup": int("9" * 4000)}, {"speedup_ci": ["a", 1]}, {"op": ["rmsnorm"]},
+                    {"accepted": "yes"}, {"speedup": float("nan")}]:
+            f.write(json.dumps({**good, **bad}) + "\n")
+    for args in (["--op", "rmsnorm", "--json"], ["--op", "rmsnorm"], []):
+        r = CliRunner().invoke(app, ["ledger", "--repo", str(tmp_path), *args])
+        assert r.exit_code == 0 and r.exception is None, r.output
+    assert len(Ledger(tmp_path / "sandbox" / "ledger.jsonl").entries("rmsnorm")) == 2
 
 
 class StagedStub(StubEvaluator):

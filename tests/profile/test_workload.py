@@ -30,6 +30,7 @@ def test_json_and_max_new_tokens_alias(tmp_path):
     ("prompts:\n  - a\n  - [nested]\ndecode_steps: 1\n", ":3: field 'prompts.1'"),
     ("- a\n- b\n", "top level must be a mapping with fields prompts"),
     ("prompts: [unclosed\n", "not valid YAML"),
+    ("prompts: [a]\ndecode_steps: 1\nseed: 123456789012345678901234567890\n", ":3: field 'seed'"),  # torch overflowed
 ])
 def test_malformed_workload_names_the_field(tmp_path, text, where):
     f = tmp_path / "w.yaml"

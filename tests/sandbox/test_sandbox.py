@@ -442,3 +442,13 @@ def test_a_bound_checkouts_git_metadata_is_hidden_from_its_code(tmp_path, pointe
                     inputs={"candidate.py": textwrap.dedent(probe).encode()}, pythonpath=[HERE, checkout])
     assert r.ok, r
     assert r.data["result"] == {"git": "unreadable" if pointer else [], "engine": "X = 1\n", "wrote": False}, r.data
+
+
+def test_a_relative_library_path_entry_is_not_bound(monkeypatch):
+    """LD_LIBRARY_PATH=".:/opt/lib" (a relative entry: the cwd, which may be a checkout) was passed to bwrap as a
+    bind source; only absolute directories are bound."""
+    monkeypatch.chdir(INSTALLED)
+    monkeypatch.setenv("LD_LIBRARY_PATH", f".:{INSTALLED / 'kernels'}:")
+    a = bwrap._host_binds()
+    binds = [a[i + 1] for i, x in enumerate(a) if x == "--ro-bind"]
+    assert str(INSTALLED / "kernels") in binds and "." not in binds and "" not in binds
