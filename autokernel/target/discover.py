@@ -117,7 +117,7 @@ def run(root: Path, build: str, policy, job_dir: Path, launchers: dict | None = 
     log = job_dir / sandbox.LOG_NAME
     if not res.ok:
         raise UserError(f"{build}: the engine's job failed in the sandbox ({res.reason}: {res.detail}); its log: {log}")
-    data = res.data
+    data = _dict(res.data)
     if "failed" in data:
         stage, where = str(data.get("failed")), str(data.get("where") or "")
         if stage == "launchers":  # the declaration names something the recorder cannot wrap (launches.NOT_PLAIN)
@@ -131,20 +131,30 @@ def run(root: Path, build: str, policy, job_dir: Path, launchers: dict | None = 
     if not (isinstance(shape, (list, tuple)) and len(shape) == 2 and shape[0] == len(PROBE_IDS)):
         raise UserError(f"[engine] build = {build}: logits({PROBE_IDS}) returned shape {shape}, not (1, vocab): it "
                         "must return next-token logits, one row per list of token ids (docs/targets.md)")
-    found = [x for x in (_launch(g, root) for g in (data.get("launches") or [])[:MAX_LAUNCHES]) if x is not None]
+    found = [x for x in (_launch(g, root) for g in _list(data.get("launches"))[:MAX_LAUNCHES]) if x is not None]
     if not found:
         raise UserError(f"[engine] build = {build}: its workload() launched no Triton kernel; autokernel tunes Triton "
                         "kernels the workload runs (is the Triton path switched on in the engine?)")
     timings = {k: float(data[k]) for k in ("build_s", "workload_s", "hook_s", "logits_s")
                if type(data.get(k)) in (int, float)}
     timings["job_s"] = wall_s
-    pinned = {k: v for k, v in (data.get("pinned") or {}).items() if IDENT.match(str(k)) and type(v) is int}
-    calls = [c for c in (_launcher_calls(g, root) for g in (data.get("launcher_calls") or [])[:MAX_LAUNCHES])
+    pinned = {k: v for k, v in _dict(data.get("pinned")).items() if IDENT.match(str(k)) and type(v) is int}
+    calls = [c for c in (_launcher_calls(g, root) for g in _list(data.get("launcher_calls"))[:MAX_LAUNCHES])
              if c is not None]
     # how the kernels ran is the parent's own knowledge (the job's environment above), never the job's claim: the
     # checkout's code can rewrite any object of the job (a forged False labelled CPU interpreter times as CUDA's)
     return Discovery(build, found, group(found), timings, "TRITON_INTERPRET" in env, pinned, res.isolation,
                      job_dir, calls)
+
+
+def _list(v) -> list:
+    """A list (or tuple) the job returned, else []: the checkout's code can rewrite any object of the job, so a
+    field is data of any type (a `pinned` list made discovery fail on `.items()`, a traceback)."""
+    return list(v) if isinstance(v, (list, tuple)) else []
+
+
+def _dict(v) -> dict:
+    return v if isinstance(v, dict) else {}
 
 
 def _launcher_calls(g, root: Path) -> LauncherCalls | None:
@@ -155,14 +165,14 @@ def _launcher_calls(g, root: Path) -> LauncherCalls | None:
     if not (isinstance(file, str) and _inside(root, file) and isinstance(name, str) and IDENT.match(name) and calls):
         return None
     sigs, counts = [], []
-    for sig, n in zip((g.get("signatures") or [])[:32], (g.get("signature_calls") or [])[:32]):
+    for sig, n in zip(_list(g.get("signatures"))[:32], _list(g.get("signature_calls"))[:32]):
         s = _signature(sig)
         if s is not None and _int(n, 1):
             sigs.append(s)
             counts.append(n)
     params = {p for s in sigs for p, _ in s}
-    written = [w for w in (g.get("written") or [])[:32] if isinstance(w, str) and w in params]
-    returns = _signature([[f"r{i}", d] for i, d in enumerate((g.get("returns") or [])[:16])]) or []
+    written = [w for w in _list(g.get("written"))[:32] if isinstance(w, str) and w in params]
+    returns = _signature([[f"r{i}", d] for i, d in enumerate(_list(g.get("returns"))[:16])]) or []
     return LauncherCalls(file, name, calls, sigs, counts, written, [d for _, d in returns])
 
 
@@ -198,10 +208,10 @@ def _launch(g, root: Path) -> Launch | None:
     seconds = g.get("seconds")
     seconds = float(seconds) if (type(seconds) is int or type(seconds) is float) and 0 <= seconds < 1e7 else 0.0
     site = _site(g.get("site"), g.get("lines"), root)
-    grids = [tuple(x) for x in (g.get("grids") or [])[:16]
+    grids = [tuple(x) for x in _list(g.get("grids"))[:16]
              if isinstance(x, (list, tuple)) and 0 < len(x) <= 3 and all(_int(v) is not None for v in x)]
     sigs, counts = [], []
-    for sig, n in zip((g.get("signatures") or [])[:32], (g.get("signature_calls") or [])[:32]):
+    for sig, n in zip(_list(g.get("signatures"))[:32], _list(g.get("signature_calls"))[:32]):
         s = _signature(sig)
         if s is not None and _int(n, 1):
             sigs.append(s)

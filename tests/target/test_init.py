@@ -286,6 +286,28 @@ def test_forged_launch_records_are_dropped(tmp_path):
     assert x.site is None  # a site outside the checkout is no launcher
     x = discover._launch({**good, "signatures": [[["x\n", ["tensor", "float32", [1], [1]]]]]}, root)
     assert x.signatures == []
+    x = discover._launch({**good, "grids": {"a": 1}, "signatures": 7, "signature_calls": "3"}, root)
+    assert x.grids == [] and x.signatures == []  # a field of another type is no field, never a traceback
+
+
+def test_a_job_result_of_the_wrong_shape_is_one_line(tmp_path, monkeypatch):
+    """The engine can rewrite any object of its job (here autokernel.interp.pinned, to return a list): discovery
+    failed on `.items()` with a traceback. Every field of the job's result is checked for its type."""
+    from autokernel import sandbox
+    from autokernel.errors import UserError
+    from autokernel.policy import Policy
+    root = toy(tmp_path / "ck")
+    site = {"file": "toy/ops/add.py", "function": "add", "def_line": 14, "line": 16, "params": ["x", "y"]}
+    launch = {"kernel": "_add_kernel", "kernel_file": "toy/ops/add.py", "kernel_in_checkout": True, "kernel_line": 7,
+              "site": site, "calls": 3, "seconds": 0.5, "grids": [[2]], "lines": [16]}
+    data = {"logits_shape": [len(discover.PROBE_IDS), 8], "launches": [launch], "pinned": ["x"],
+            "launcher_calls": {"a": 1}, "build_s": "1"}
+    monkeypatch.setattr(sandbox, "run", lambda *a, **k: sandbox.SandboxResult(True, None, "", data))
+    found = discover.run(root, "toy.engine:build", Policy(), tmp_path / "job")
+    assert found.pinned == {} and found.launcher_calls == [] and len(found.launches) == 1
+    monkeypatch.setattr(sandbox, "run", lambda *a, **k: sandbox.SandboxResult(True, None, "", ["not", "a", "dict"]))
+    with pytest.raises(UserError, match="logits"):
+        discover.run(root, "toy.engine:build", Policy(), tmp_path / "job2")
 
 
 # --- the Liger example: examples/liger/make_checkout.sh, then `autokernel init` on it -------------------------------
