@@ -1,7 +1,11 @@
 """Byte-level BPE tokenizer rebuilt from GGUF metadata (vocab + merges), with special tokens and the chat template."""
 from __future__ import annotations
 
-import jinja2.sandbox
+import functools
+import json
+import subprocess
+import sys
+
 from tokenizers import AddedToken, decoders, models, pre_tokenizers
 from tokenizers import Tokenizer as HFTokenizer
 
@@ -50,8 +54,41 @@ class Tokenizer:
 
     def chat(self, prompt: str) -> str:
         """The instruct prompt: the model's own chat template, a user turn, then the assistant's opening."""
-        messages = [{"role": "user", "content": prompt}]
         if not self.chat_template:
             return f"<|im_start|>user\n{prompt}<|im_end|>\n<|im_start|>assistant\n"
-        env = jinja2.sandbox.ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
-        return env.from_string(self.chat_template).render(messages=messages, add_generation_prompt=True)
+        return render_chat(str(self.chat_template), prompt)
+
+
+RENDER_TIMEOUT_S = 20.0  # a chat template renders in milliseconds; the child's start is most of this
+RENDER_MEMORY = 1 << 30  # the child's address space (jinja2 and the text)
+RENDER_MAX_CHARS = 1 << 20  # the rendered prompt
+_RENDER = """
+import json, resource, sys
+resource.setrlimit(resource.RLIMIT_AS, ({mem}, {mem}))
+import jinja2.sandbox
+a = json.loads(sys.stdin.read())
+env = jinja2.sandbox.ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+out = env.from_string(a["template"]).render(messages=[{{"role": "user", "content": a["prompt"]}}],
+                                            add_generation_prompt=True)
+sys.stdout.write(json.dumps(out[:{cap} + 1]))
+"""
+
+
+@functools.lru_cache(maxsize=256)
+def render_chat(template: str, prompt: str) -> str:
+    """The chat template rendered for one user turn, in a child process bounded in time and memory: the template is
+    the model file's text, and a checkout may name its own model (policies.yaml target.model); jinja2's sandbox
+    keeps code out, not work (`'x' * 10**12` was a MemoryError traceback, three nested loops a hang)."""
+    code = _RENDER.format(mem=RENDER_MEMORY, cap=RENDER_MAX_CHARS)
+    try:
+        r = subprocess.run([sys.executable, "-I", "-c", code],
+                           input=json.dumps({"template": template, "prompt": prompt}), capture_output=True,
+                           text=True, timeout=RENDER_TIMEOUT_S, env={"LANG": "C.UTF-8"})
+        out = json.loads(r.stdout) if r.returncode == 0 else None
+    except (subprocess.TimeoutExpired, ValueError):
+        out = None
+    if not isinstance(out, str) or len(out) > RENDER_MAX_CHARS:
+        raise UserError(f"the model's chat template (tokenizer.chat_template) did not render within "
+                        f"{RENDER_TIMEOUT_S:.0f} s, {RENDER_MEMORY >> 20} MB and {RENDER_MAX_CHARS} characters: fix "
+                        "the model's template, or run the workload without chat (chat: false)")
+    return out

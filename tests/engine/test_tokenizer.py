@@ -37,3 +37,19 @@ def test_chat_template(tok):
     ids = tok.encode(s)
     assert ids[0] == tok.id_of("<|im_start|>") and ids.count(tok.id_of("<|im_end|>")) == 2
     assert tok.decode(ids, skip_special=False) == s
+
+
+@pytest.mark.parametrize("template, timeout_s", [("{{ 'x' * 999999999999 }}", 20.0),
+                                                 ("{% for a in range(99999) %}{% for b in range(99999) %}"
+                                                  "{% for c in range(99999) %}{% endfor %}{% endfor %}{% endfor %}",
+                                                  3.0)])
+def test_a_hostile_chat_template_is_one_line_not_a_hang(tok, monkeypatch, template, timeout_s):
+    """A checkout may name its own model (policies.yaml target.model), whose chat template is its text: jinja2's
+    sandbox keeps code out, not work, and rendering it in autokernel's own process was a MemoryError traceback or a
+    hang. It renders in a child bounded in time and memory; past them it is bad input (exit 2)."""
+    from autokernel.engine import tokenizer
+    from autokernel.errors import UserError
+    monkeypatch.setattr(tokenizer, "RENDER_TIMEOUT_S", timeout_s)
+    monkeypatch.setattr(tok, "chat_template", template)
+    with pytest.raises(UserError, match="chat template"):
+        tok.chat("Hi?")
