@@ -65,7 +65,8 @@ KERNEL_METHODS = frozenset({
     "is_floating", "is_int", "is_int_signed", "is_int_unsigned", "is_fp16", "is_bf16", "is_fp32", "is_fp64",
     "is_ptr", "is_block",
 })
-KERNEL_ATTRS = frozenset({"dtype", "element_ty", "shape", "T", "primitive_bitwidth", "scalar", "numel"})
+KERNEL_ATTRS = frozenset({"dtype", "element_ty", "shape", "T", "primitive_bitwidth", "scalar", "numel",
+                          "type"})  # ptr.type.element_ty: the fused-attention tutorial's spelling of ptr.dtype
 
 # --- decorators of a kernel ------------------------------------------------------------------------------------------
 JIT_KWARGS = frozenset({"do_not_specialize", "do_not_specialize_on_alignment", "noinline", "debug"})

@@ -254,7 +254,9 @@ class _Kernel(BadStatement):
             self.expr(k.value)
         precision(c, self.facts)
         reinterpret(c, self.facts, method=isinstance(f, ast.Attribute))
-        if self.facts.qual(f) == TL + "dot" and not any(k.arg == "input_precision" for k in c.keywords):
+        if self.facts.qual(f) == TL + "dot" and not any(k.arg == "input_precision" or k.arg == "allow_tf32"
+                                                        for k in c.keywords):  # allow_tf32=False (checked by
+            # precision() above) is Triton's older spelling of input_precision="ieee"
             self.add("static.precision", c, f"{ast.unparse(c)[:50]}: tl.dot without input_precision=\""
                                             f"{A.DOT_PRECISION}\" multiplies fp32 in tf32 on a GPU")
 
@@ -263,6 +265,55 @@ class _Kernel(BadStatement):
 
 _STEP_OPS = (ast.FloorDiv, ast.Mod, ast.RShift, ast.BitAnd, ast.BitOr, ast.BitXor)  # step functions of their input
 _CLAMPS = {"min", "max", TL + "minimum", TL + "maximum", TL + "clamp"}  # a clamp of the grid size is a threshold
+
+
+class _GridNames:
+    """The kernel's names derived from the grid's size (tl.num_programs), a few assignments deep, and whether an
+    expression uses one. An index that walks the rows in grid-sized steps (`row += nprog`, `row = pid + i * nprog`,
+    as `tl.range(pid, M, nprog)` does: a persistent kernel written with while or a counted loop) is not one:
+    comparing it with the row count is a per-row decision like program_id's."""
+
+    def __init__(self, fn: ast.FunctionDef, facts: Facts):
+        self.facts, self.names, self.pids = facts, set[str](), set[str]()
+        for _ in range(3):  # names derived from tl.program_id: where a grid-strided walk starts
+            for n in ast.walk(fn):
+                if isinstance(n, ast.Assign) and self._from_pid(n.value):
+                    self.pids.update(t.id for tg in n.targets for t in ast.walk(tg) if isinstance(t, ast.Name))
+        for _ in range(3):
+            for n in ast.walk(fn):
+                if isinstance(n, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and n.value is not None and \
+                        self.derived(n.value) and not self._walk_index(n):
+                    targets = n.targets if isinstance(n, ast.Assign) else [n.target]
+                    self.names.update(t.id for tg in targets for t in ast.walk(tg) if isinstance(t, ast.Name))
+
+    def derived(self, e: ast.AST) -> bool:
+        return any(self._size(n) for n in ast.walk(e))
+
+    def _size(self, e: ast.AST) -> bool:
+        return isinstance(e, ast.Call) and self.facts.qual(e.func) == TL + "num_programs" or \
+            isinstance(e, ast.Name) and e.id in self.names
+
+    def _stride(self, e: ast.AST) -> bool:
+        """The grid's size, or a multiple of it by something else: one step of a grid-strided walk."""
+        if isinstance(e, ast.BinOp) and isinstance(e.op, ast.Mult):
+            grid_left, grid_right = self.derived(e.left), self.derived(e.right)
+            return grid_left != grid_right and self._stride(e.left if grid_left else e.right)
+        return self._size(e)
+
+    def _from_pid(self, e: ast.AST) -> bool:
+        return any(isinstance(n, ast.Call) and self.facts.qual(n.func) == TL + "program_id" or
+                   isinstance(n, ast.Name) and n.id in self.pids for n in ast.walk(e))
+
+    def _walk_index(self, n: ast.Assign | ast.AugAssign | ast.AnnAssign) -> bool:
+        """A program's index stepped by the grid: `row += nprog` where row starts at the program id, or `pid + i *
+        nprog` (never `n = 0; n += nprog`, which is the grid's size again)."""
+        if isinstance(n, ast.AugAssign):
+            return isinstance(n.op, ast.Add) and isinstance(n.target, ast.Name) and n.target.id in self.pids \
+                and self._stride(n.value)
+        v = n.value
+        return isinstance(v, ast.BinOp) and isinstance(v.op, ast.Add) and any(
+            not self.derived(a) and self._from_pid(a) and self._stride(b) for a, b in ((v.left, v.right),
+                                                                                      (v.right, v.left)))
 
 
 def grid_special_cases(fn: ast.FunctionDef, facts: Facts, where: str) -> None:
@@ -277,17 +328,7 @@ def grid_special_cases(fn: ast.FunctionDef, facts: Facts, where: str) -> None:
     tl.program_id compared with a constant is left to the numeric stage: program p runs in every grid larger than
     p, so every case past the threshold exercises the other branch (and a literal threshold gets cases on both sides,
     autokernel/gate/thresholds.py)."""
-    grid: set[str] = set()
-
-    def is_grid(e: ast.AST) -> bool:
-        return any(isinstance(n, ast.Call) and facts.qual(n.func) == TL + "num_programs" or
-                   isinstance(n, ast.Name) and n.id in grid for n in ast.walk(e))
-
-    for _ in range(3):  # names derived from the grid's size, a few assignments deep
-        for n in ast.walk(fn):
-            if isinstance(n, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and n.value is not None and is_grid(n.value):
-                targets = n.targets if isinstance(n, ast.Assign) else [n.target]
-                grid.update(t.id for tg in targets for t in ast.walk(tg) if isinstance(t, ast.Name))
+    is_grid = _GridNames(fn, facts).derived
     for n in ast.walk(fn):
         if isinstance(n, ast.Compare):
             parts = [n.left, *n.comparators]

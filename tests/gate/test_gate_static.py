@@ -364,6 +364,9 @@ def test_kernel_grammar_rejects(line, reason):
     "NB: tl.constexpr = BLOCK // 32\nfor j in tl.static_range(NB):\n    pass",
     "v = tl.reduce(offs, 0, k2)\nu = tl.math.exp2(offs.to(tl.float32))\nc = tl.cdiv(N, BLOCK)",
     "tl.static_assert(BLOCK >= 16)\ntl.device_assert(offs >= 0)\ns = x_ptr.dtype.element_ty.primitive_bitwidth",
+    # the fused-attention tutorial's spellings: ptr.type.element_ty, and tl.dot's older allow_tf32=False (= ieee)
+    "v = tl.load(x_ptr + offs).to(y_ptr.type.element_ty)",
+    "a = offs[:, None].to(tl.float32)\nacc = tl.dot(a, tl.trans(a), allow_tf32=False)",
 ])
 def test_kernel_grammar_allows(line):
     src = kernel_with(line, "\n@triton.jit\ndef k2(a, b):\n    return a + b\n\n")
@@ -584,6 +587,9 @@ def test_host_dtype_views_are_precision(body):
     # a grid-derived offset in a comparison: rejected too (write the persistent loop as range(start, end, step))
     "if pid < tl.num_programs(0) - 1:\n    x = x * 0.5",
     "step = tl.num_programs(0) * BLOCK\nrows = pid * BLOCK + step + offs\nx = tl.where(rows < M, x, 0.0)",
+    # a grid-strided walk starts at the program id: from anything else it is the grid's size again
+    "n = 0\nn += tl.num_programs(0)\nif n > 64:\n    x = x * 0.5",
+    "n = M * 0 + tl.num_programs(0)\nif n > 64:\n    x = x * 0.5",
 ])
 def test_grid_size_in_a_decision_is_a_shape_special_case(line):
     assert "static.shape_special_case" in reasons(_kernel_line(line)), find(_kernel_line(line), "rmsnorm")
@@ -594,6 +600,10 @@ def test_grid_size_in_a_decision_is_a_shape_special_case(line):
     "for start in tl.range(pid * BLOCK, M, tl.num_programs(0) * BLOCK):\n    x = tl.where(start + offs < M, x, 0.0)",
     "n = tl.num_programs(0)\nfor r in range(pid, M, n):\n    x = x + r * n",
     "if pid > 100:\n    x = x * 0.5",  # program-id thresholds: the numeric stage's sweep (grid_special_cases)
+    # persistent kernels written with while or a counted loop (an honest rewrite was static.shape_special_case)
+    "row = pid\nwhile row < M:\n    x = x + row\n    row += tl.num_programs(0)",
+    "nprog = tl.num_programs(0)\nfor i in range(0, tl.cdiv(M, nprog)):\n    row = pid + i * nprog\n"
+    "    x = tl.where(row < M, x, 0.0)",
 ])
 def test_grid_size_as_a_stride_is_legitimate(line):
     assert reasons(_kernel_line(line)) == [], find(_kernel_line(line), "rmsnorm")
