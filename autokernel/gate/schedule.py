@@ -139,9 +139,10 @@ def sweep_shapes(spec: OpSpec, traced: list[dict[str, int]], seed: int) -> list[
     """The leading dimension(s) (spec.extra['sweep'], default the first) swept on the most expensive traced shape,
     with spec.extra['sweep_base'] overriding other dimensions where the traced one would make every case huge (the
     embedding tables). The budget is LARGER_COST_FACTOR times the most expensive traced shape's cost. A value that
-    does not fit it there is swept on the cheap base instead: the other swept dimensions at 1 and
-    spec.extra['cheap_base'] (decode attention's context at 2), so a batch reaches production's decode batches (a
-    persistent grid that stops after a fixed number of (batch, head) pairs is wrong only there)."""
+    does not fit it there is swept on the cheap bases instead (cheap_bases: the other swept dimensions at 1, then
+    spec.extra['cheap_base']'s rungs: a secret short context, then the shortest non-trivial one), so a batch reaches
+    production's decode batches (a persistent grid that stops after a fixed number of (batch, head) pairs is wrong
+    only there) with a context of its own (a row past the heads count ignoring its padding was exact at L = 2)."""
     if not traced:
         return []
     base = {**_costliest(spec, traced), **spec.extra.get("sweep_base", {})}
@@ -154,11 +155,29 @@ def sweep_shapes(spec: OpSpec, traced: list[dict[str, int]], seed: int) -> list[
         secret = secret_prime(r, top + 1, 2 * top + 1)
         values = sorted(set(SWEEP) | {s[dim] for s in traced if dim in s} | {2 * top + 1}
                         | ({secret} if secret else set()))
-        cheap = {**base, **{d: 1 for d in dims if d != dim}, **spec.extra.get("cheap_base", {})}
+        cheap = [{**base, **{d: 1 for d in dims if d != dim}, **{k: v for k, v in step.items() if k != dim}}
+                 for step in cheap_bases(spec, seed)]
         for v in values:
-            s = next((s for s in ({**base, dim: v}, {**cheap, dim: v}) if cost(spec, s) <= limit), None)
+            s = next((s for s in ({**base, dim: v}, *({**c, dim: v} for c in cheap)) if cost(spec, s) <= limit),
+                     None)
             if s is not None and s not in out:
                 out.append(s)
+    return out
+
+
+def cheap_bases(spec: OpSpec, seed: int) -> list[dict[str, int]]:
+    """spec.extra['cheap_base'] resolved: the bases a swept value too costly at the traced shape is tried on, in
+    order. A dict or a list of dicts; a value is an int, a secret int in [lo, hi] (a tuple), or another key's name
+    (tied: decode's cache size S to its context L). A batch swept at a one-token or two-position base only was exact
+    for a kernel wrong on batches past the heads count with a real context (rows >= H + 1 ignoring their padding):
+    the first rung is a secret short context, the last the cheapest non-trivial one."""
+    raw = spec.extra.get("cheap_base", {})
+    out = []
+    for i, step in enumerate(raw if isinstance(raw, list) else [raw]):
+        r = random.Random(derive(seed, "cheap base", str(i)))
+        got = {k: r.randint(*v) if isinstance(v, tuple) else v for k, v in step.items() if not isinstance(v, str)}
+        got.update({k: got[v] for k, v in step.items() if isinstance(v, str)})
+        out.append(got)
     return out
 
 

@@ -3,6 +3,7 @@ import math
 
 import torch
 
+from autokernel.ops.attention import draw_padding
 from autokernel.ops.smollm2 import CONTEXT, HEAD_DIM, N_HEAD, N_HEAD_KV
 from autokernel.ops.smollm2 import ROPE_THETA as THETA
 from autokernel.ops.spec import OpSpec, Shape, draw, elem_size, sample
@@ -35,7 +36,8 @@ def make_positions(B: int, T: int, device, gen) -> torch.Tensor:
     start = (torch.exp(torch.rand((B, 1), generator=gen) * math.log(hi + 1)) - 1).long().clamp(0, hi)
     if B > 1:
         start[-1] = hi
-    pad = torch.randint(0, T // 2 + 1, (B, 1), generator=gen)
+    pad = draw_padding(B, T, gen, wholly=False).long()[:, None]  # anywhere in [0, T), as a short prompt batched
+    # with a long one pads (it stopped at T // 2: a kernel that recomputed positions from the row's middle was exact)
     pos = (torch.arange(T)[None, :] - pad).clamp(min=0) + start
     return pos.to(dtype=torch.int32, device=device)
 
@@ -74,5 +76,8 @@ SPEC = OpSpec(
         "value from 1e4 to 1e6). Adjacent pairs rotate: with angle = "
         "pos * theta ** (-2i / D), out[..., 2i] = x[2i] cos - x[2i+1] sin, out[..., 2i+1] = x[2i] sin + "
         "x[2i+1] cos. Angles in float32; returns a new contiguous tensor in x's dtype.",
-    extra={"sweep": ("B", "T")},  # the numeric stage sweeps batch and tokens (autokernel/gate/schedule.py)
+    # the numeric stage sweeps batch and tokens (autokernel/gate/schedule.py); a batch too costly at the traced
+    # tokens goes on at a secret 3-24 tokens, then 3, then 1 (rows past the heads count taking the first position's
+    # angle were exact at one token)
+    extra={"sweep": ("B", "T"), "cheap_base": [{"T": (3, 24)}, {"T": 3}, {"T": 1}]},
 )

@@ -6,6 +6,8 @@ Each fixture under fixtures/<op>/ states what the gate must say about it in its 
     # dists: normal, tiny               (optional: the distributions the fixture needs; default QUICK_DISTS)
     # max-rows: 400                     (optional: policy gate.max_rows for its run; default 0, no range sweep)
     # dtypes: float32, bfloat16         (optional: the dtypes the fixture needs; default QUICK_DTYPES)
+    # shapes: model                     (optional: the op's model shapes as the traced ones, not QUICK_SHAPES: the
+                                         sweep's budget is a multiple of the traced cost)
 """
 from __future__ import annotations
 
@@ -40,6 +42,7 @@ class Fixture:
     dists: list[str]
     max_rows: int = 0
     dtypes: tuple[torch.dtype, ...] = tuple(QUICK_DTYPES)
+    model_shapes: bool = False  # `# shapes: model`
 
     @property
     def id(self) -> str:
@@ -52,7 +55,7 @@ def _header(path: Path) -> dict[str, str]:
         if not line.startswith("#"):
             break
         key, sep, value = line[1:].partition(":")
-        if sep and key.strip() in ("expect", "runtime-expect", "dists", "max-rows", "dtypes"):
+        if sep and key.strip() in ("expect", "runtime-expect", "dists", "max-rows", "dtypes", "shapes"):
             out[key.strip()] = value.strip()
     return out
 
@@ -65,7 +68,7 @@ def fixtures() -> list[Fixture]:
         dists = [d.strip() for d in h["dists"].split(",")] if "dists" in h else QUICK_DISTS
         dtypes = tuple(getattr(torch, d.strip()) for d in h["dtypes"].split(",")) if "dtypes" in h else QUICK_DTYPES
         out.append(Fixture(path.parent.name, path, h["expect"], h.get("runtime-expect"), dists,
-                           int(h.get("max-rows", 0)), tuple(dtypes)))
+                           int(h.get("max-rows", 0)), tuple(dtypes), h.get("shapes") == "model"))
     return out
 
 
@@ -84,7 +87,8 @@ def e2e_fails(op: str, candidate: Path, policy: Policy, *, kernels_dir: Path | N
 
 def full(fx: Fixture, run_dir: Path, stages=None) -> Verdict:
     """The whole gate on the quick grid (the e2e stage: tests/gate/test_gate_e2e.py)."""
-    return verify(fx.op, fx.path, run_dir=run_dir, shapes=QUICK_SHAPES.get(fx.op), dtypes=list(fx.dtypes),
+    return verify(fx.op, fx.path, run_dir=run_dir, shapes=None if fx.model_shapes else QUICK_SHAPES.get(fx.op),
+                  dtypes=list(fx.dtypes),
                   dists=fx.dists, stages=[] if stages is None else stages, kernels_dir=INSTALLED_LAYOUT.kernels,
                   policy=Policy(gate={"max_rows": fx.max_rows}))
 
