@@ -9,7 +9,9 @@ The comprehension is expanded here, in the order Python runs it, into the litera
 replaced by its value, integer arithmetic folded), so the static stage (autokernel/gate/static_decorators.py) checks
 every config as if it were written out, and the coverage stage (autokernel/gate/coverage.py) counts and reaches each
 one by its index, the index the autotuner has at run time. Anything else (a name, a call, a loop over a non-literal)
-is not expanded: None, and the static stage rejects it.
+is not expanded: None, and the static stage rejects it. A module-level list (`CONFIGS = [...]`) or a function that
+only returns one (the Triton tutorial's `get_autotune_config()`), named nowhere but in configs=, stands for its
+list (sources()).
 """
 from __future__ import annotations
 
@@ -25,9 +27,15 @@ _COMPARE = {ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, as
 MAX_FOLDED = 1 << 40  # a folded integer's magnitude (2 ** 10 ** 9 is not a config)
 
 
-def configs(value: ast.expr) -> list[ast.expr] | None:
+def configs(value: ast.expr, named: dict[str, ast.expr] | None = None) -> list[ast.expr] | None:
     """The config expressions `value` makes: its elements for a literal list/tuple, the expansion of a literal
-    comprehension, None for any other form (or a comprehension of more than MAX_CONFIGS)."""
+    comprehension, those of a module-level list or config function it names (`named`: sources()), None for any
+    other form (or a comprehension of more than MAX_CONFIGS)."""
+    if named and isinstance(value, ast.Name) and value.id in named:
+        value = named[value.id]
+    elif named and isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id in named \
+            and not value.args and not value.keywords:
+        value = named[value.func.id]
     if isinstance(value, (ast.List, ast.Tuple)):
         return list(value.elts)
     if isinstance(value, ast.ListComp):
@@ -36,6 +44,64 @@ def configs(value: ast.expr) -> list[ast.expr] | None:
         except _NotLiteral:
             return None
     return None
+
+
+def sources(tree: ast.Module) -> dict[str, ast.expr]:
+    """The module-level names an autotune's configs= may name, with the list each stands for: `CONFIGS = [...]`
+    (a list, tuple or comprehension of configs) or tutorial 03's `def get_autotune_config(): return [...]` (no
+    parameters, no decorator, nothing but the return). Each is bound once and named nowhere but in configs= (as
+    NAME, or NAME() for a function): a list the launcher could also reach would be module state."""
+    found: dict[str, ast.expr] = {}
+    for node in tree.body:
+        value, name = None, None
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            name, value = node.targets[0].id, node.value
+        elif isinstance(node, ast.FunctionDef) and not node.decorator_list and _no_parameters(node.args):
+            body = node.body[1:] if node.body and _docstring(node.body[0]) else node.body
+            if len(body) == 1 and isinstance(body[0], ast.Return) and body[0].value is not None:
+                name, value = node.name, body[0].value
+        if name is not None and isinstance(value, (ast.List, ast.Tuple, ast.ListComp)) and name not in found:
+            found[name] = value
+        elif name is not None:
+            found.pop(name, None)
+    bound = [n for node in tree.body for n in _names_bound(node)]
+    uses = _configs_uses(tree)
+    out = {}
+    for name, value in found.items():
+        loads = [n for n in ast.walk(tree) if isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load)]
+        if bound.count(name) == 1 and loads and all(id(n) in uses.get(name, set()) for n in loads) \
+                and configs(value) is not None:
+            out[name] = value
+    return out
+
+
+def _configs_uses(tree: ast.Module) -> dict[str, set[int]]:
+    """name -> ids of the Name nodes that are a configs= value (NAME, or NAME() with no arguments)."""
+    out: dict[str, set[int]] = {}
+    for n in ast.walk(tree):
+        if isinstance(n, ast.keyword) and n.arg == "configs":
+            v = n.value
+            if isinstance(v, ast.Call) and not v.args and not v.keywords:
+                v = v.func
+            if isinstance(v, ast.Name):
+                out.setdefault(v.id, set()).add(id(v))
+    return out
+
+
+def _names_bound(node: ast.stmt) -> list[str]:
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return [node.name]
+    targets = node.targets if isinstance(node, ast.Assign) else \
+        [node.target] if isinstance(node, (ast.AnnAssign, ast.AugAssign, ast.For)) else []
+    return [n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)]
+
+
+def _no_parameters(a: ast.arguments) -> bool:
+    return not (a.posonlyargs or a.args or a.vararg or a.kwonlyargs or a.kwarg)
+
+
+def _docstring(stmt: ast.stmt) -> bool:
+    return isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant) and isinstance(stmt.value.value, str)
 
 
 class _NotLiteral(Exception):

@@ -453,14 +453,14 @@ def describe(gaps: list[tuple[Site, str]], cases: int) -> str:
 # (autotune_variants; the "config" calls of autokernel/gate/schedule.py). Each config is also a site that must be
 # reached (autotune_sites; install_autotune).
 
-def _config_nodes(fn: ast.FunctionDef) -> list[ast.expr]:
+def _config_nodes(fn: ast.FunctionDef, named: dict[str, ast.expr] | None = None) -> list[ast.expr]:
     """The triton.Config expressions of fn's @triton.autotune(configs=[...]) (a comprehension expanded, in its run
     order), [] without one."""
     for d in fn.decorator_list:
         if isinstance(d, ast.Call) and _callee(d) == "autotune":
             for k in d.keywords:
                 if k.arg == "configs":
-                    return autotune_list.configs(k.value) or []
+                    return autotune_list.configs(k.value, named) or []
     return []
 
 
@@ -473,7 +473,9 @@ def autotune_variants(source: bytes | str) -> int:
         tree = paths.parse(source)
     except (SyntaxError, ValueError):
         return 1
-    counts = [len({_meta(c) for c in _config_nodes(fn)}) for fn in ast.walk(tree) if isinstance(fn, ast.FunctionDef)]
+    named = autotune_list.sources(tree) if isinstance(tree, ast.Module) else {}
+    counts = [len({_meta(c) for c in _config_nodes(fn, named)}) for fn in ast.walk(tree)
+              if isinstance(fn, ast.FunctionDef)]
     return max([1, *counts])
 
 
@@ -489,8 +491,9 @@ def _meta(config: ast.AST) -> str:
 
 def autotune_sites(tree: ast.AST) -> dict[str, Site]:
     out = {}
+    named = autotune_list.sources(tree) if isinstance(tree, ast.Module) else {}
     for fn in ast.walk(tree):
-        if isinstance(fn, ast.FunctionDef) and (n := len(_config_nodes(fn))) > 1:
+        if isinstance(fn, ast.FunctionDef) and (n := len(_config_nodes(fn, named))) > 1:
             for i in range(n):
                 key = f"autotune:{fn.name}:{i}"
                 out[key] = Site(key, fn.lineno, "block", f"triton.Config #{i + 1} of {fn.name}'s autotune", False)

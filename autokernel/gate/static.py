@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from autokernel.gate import allowlist as A
-from autokernel.gate import static_common, static_decorators, static_host, static_kernel
+from autokernel.gate import autotune_list, static_common, static_decorators, static_host, static_kernel
 from autokernel.gate.static_facts import Facts, Finding  # re-exported: callers import them from here
 from autokernel.gate.verdict import StageResult
 
@@ -129,6 +129,7 @@ def _dunders(tree: ast.Module, facts: Facts) -> None:
 
 def _check_module(tree: ast.Module, facts: Facts) -> None:
     _dunders(tree, facts)
+    facts.config_sources = autotune_list.sources(tree)
     for node in tree.body:  # imports first: every later rule resolves names through them
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             _check_import(node, facts)
@@ -277,6 +278,8 @@ def _check_def(fn: ast.FunctionDef, facts: Facts) -> None:
         return
     if fn.name in facts.reference or fn.name == facts.op:
         facts.launchers[fn.name] = fn
+    elif fn.name in facts.config_sources:
+        return  # `def get_autotune_config(): return [...]`, named only in configs=: its configs are checked there
     elif fn.name.startswith("__"):
         facts.add("static.forbidden_attribute", fn, f"def {fn.name}: module hooks change how names resolve")
     else:
@@ -301,6 +304,8 @@ def _check_constant(node: ast.Assign | ast.AnnAssign, facts: Facts) -> None:
         return
     if node.value is None:
         return
+    if len(names) == 1 and names[0] in facts.config_sources:
+        return  # `CONFIGS = [triton.Config(...), ...]`, named only in configs=: its configs are checked there
     if any(n.startswith("__") for n in names):
         if names == ["__all__"] and not (isinstance(node.value, (ast.Tuple, ast.List)) and all(
                 isinstance(e, ast.Constant) and isinstance(e.value, str) for e in node.value.elts)):

@@ -96,7 +96,7 @@ def _autotune(d: ast.Call, facts: Facts) -> None:
                 isinstance(e, ast.Constant) and isinstance(e.value, str) for e in k.value.elts)):
             facts.add("static.forbidden_syntax", d, "triton.autotune key=[...] lists string literals")
         elif k.arg == "configs":
-            configs = autotune_list.configs(k.value)
+            configs = autotune_list.configs(k.value, facts.config_sources)
             if configs is None:
                 facts.add("static.forbidden_syntax", d, "triton.autotune configs=[triton.Config(...), ...]: a "
                                                         "literal list, or a comprehension over literal lists/range()"

@@ -47,6 +47,8 @@ class Facts:
     constants: dict[str, str | None] = field(default_factory=dict)  # name -> qualified dtype it names, else None
     findings: list[Finding] = field(default_factory=list)
     rejected: dict[str, int] = field(default_factory=dict)  # names bound by a rejected statement -> its line
+    # module names that stand for an autotune config list (autokernel/gate/autotune_list.py sources) -> the list
+    config_sources: dict[str, ast.expr] = field(default_factory=dict)
 
     def add(self, reason: str, node: ast.AST | None, detail: str) -> None:
         self.findings.append(Finding(reason, getattr(node, "lineno", 0) or 0, detail, _node_key(node)))

@@ -45,3 +45,31 @@ def test_coverage_counts_and_reaches_each_expanded_config(configs, distinct):
     assert coverage.autotune_variants(src) == distinct
     n = len(expand(configs))
     assert sorted(coverage.autotune_sites(ast.parse(src))) == sorted(f"autotune:k:{i}" for i in range(n))
+
+
+SWEEP = "[triton.Config({'BLOCK': b}) for b in (64, 128)]"
+
+
+@pytest.mark.parametrize("module, stands", [
+    (f"CONFIGS = {SWEEP}\n@triton.autotune(configs=CONFIGS, key=['N'])\ndef k(): pass\n", True),
+    (f"def get_configs():\n    '''doc'''\n    return {SWEEP}\n@triton.autotune(configs=get_configs(), key=['N'])\n"
+     "def k(): pass\n", True),
+    # named anywhere else (the launcher could reach the list: module state), bound twice, or not only a return
+    (f"CONFIGS = {SWEEP}\n@triton.autotune(configs=CONFIGS, key=['N'])\ndef k(): pass\ndef f(x):\n"
+     "    return CONFIGS\n", False),
+    (f"CONFIGS = {SWEEP}\nCONFIGS = {SWEEP}\n@triton.autotune(configs=CONFIGS, key=['N'])\ndef k(): pass\n", False),
+    (f"def get_configs(n):\n    return {SWEEP}\n@triton.autotune(configs=get_configs(1), key=['N'])\ndef k(): pass\n",
+     False),
+    (f"def get_configs():\n    x = 1\n    return {SWEEP}\n@triton.autotune(configs=get_configs(), key=['N'])\n"
+     "def k(): pass\n", False),
+    ("CONFIGS = [triton.Config({'BLOCK': b}) for b in SIZES]\n@triton.autotune(configs=CONFIGS, key=['N'])\n"
+     "def k(): pass\n", False),
+])
+def test_a_module_list_or_config_function_stands_for_its_configs_only_where_named_nowhere_else(module, stands):
+    tree = ast.parse(module)
+    named = autotune_list.sources(tree)
+    assert bool(named) == stands, named
+    k = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "k")
+    got = coverage._config_nodes(k, named)
+    assert [ast.unparse(c) for c in got] == ([f"triton.Config({{'BLOCK': {b}}})" for b in (64, 128)] if stands
+                                             else []), got

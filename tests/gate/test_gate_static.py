@@ -384,6 +384,13 @@ def test_decorator_grammar():
     assert deco(f"@triton.autotune(configs=[{sweep}], key=['N'])\n") == []
     assert deco("@triton.autotune(configs=[triton.Config({'BLOCK': b}) for b, w in [(32, 4), (64, 8)]], "
                 "key=['N'])\n") == []
+    # the Triton tutorial's spellings: a module-level list, a function that only returns one, named only in configs=
+    assert deco("@triton.autotune(configs=CONFIGS, key=['N'])\n").count("static.forbidden_syntax") == 1
+    for head, use in ((f"CONFIGS = [{config}]\n\n\n", "CONFIGS"),
+                      (f"def get_configs():\n    return [{config}]\n\n\n", "get_configs()")):
+        src = HEAD.replace("@triton.jit\n", head + f"@triton.autotune(configs={use}, key=['N'])\n@triton.jit\n")
+        assert reasons(src + launcher("return y")[len(HEAD):]) == [], find(src + launcher("return y")[len(HEAD):],
+                                                                           "rmsnorm")
     for bad, reason in [
         ("@triton.autotune(configs=[triton.Config({}, num_warps=4)], key=['N'], reset_to_zero=['y_ptr'])\n",
          "static.forbidden_call"),
