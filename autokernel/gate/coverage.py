@@ -14,8 +14,8 @@ instrumentation sees the launcher and the kernels alike:
   or always did, hides the other side).
 
 Exempt: assert statements (and tl.device_assert / tl.static_assert) and an `if` whose body only raises (a guard:
-its failing side is an exception, never a silent wrong answer), and module-level code (it runs once, at import, on
-constants).
+its failing side is an exception, never a silent wrong answer), a kernel's `if pid >= n: return` against one of its
+own parameters (a program past the launch's bound), and module-level code (it runs once, at import, on constants).
 
 How it is measured (the sandbox child, autokernel/gate/child.py): the candidate's module is compiled from this
 module's transform of its syntax tree (kernel_loader.load_kernel's `transform`), and the interpreter's own rewrite of
@@ -184,6 +184,45 @@ def _guard(node: ast.If) -> bool:
     return len(node.body) == 1 and isinstance(node.body[0], ast.Raise)
 
 
+def _parameters(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str]:
+    a = fn.args
+    return {p.arg for p in a.posonlyargs + a.args + a.kwonlyargs}
+
+
+def _program_ids(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str]:
+    """Names bound to a program id and nothing else: `pid = tl.program_id(0)` (or its `.to(tl.int64)`)."""
+    def pid(e: ast.AST) -> bool:
+        if isinstance(e, ast.Call) and isinstance(e.func, ast.Attribute) and e.func.attr == "to":
+            e = e.func.value
+        return isinstance(e, ast.Call) and _callee(e) == "program_id"
+
+    out: dict[str, bool] = {}
+    for n in ast.walk(fn):
+        if isinstance(n, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+            targets = n.targets if isinstance(n, ast.Assign) else [n.target]
+            for t in targets:
+                for name in (x.id for x in ast.walk(t) if isinstance(x, ast.Name)):
+                    out[name] = out.get(name, True) and isinstance(n, ast.Assign) and len(targets) == 1 \
+                        and isinstance(t, ast.Name) and n.value is not None and pid(n.value)
+    return {k for k, v in out.items() if v}
+
+
+def _overshoot_guard(node: ast.If, params: set[str], pids: set[str]) -> bool:
+    """`if pid >= n: return` (no else) in a kernel, pid a program id and n one of the kernel's own parameters: a
+    program past the launch's own bound does nothing. The launcher's grid is often exactly n, so the gate never
+    sees it taken (an honest rewrite was coverage.unreached); a bound the kernel computes (n - n // 4097) is no
+    parameter, and stays a condition to see both ways."""
+    t = node.test
+    if node.orelse or len(node.body) != 1 or not isinstance(node.body[0], ast.Return) or node.body[0].value \
+            is not None or not (isinstance(t, ast.Compare) and len(t.ops) == 1):
+        return False
+    a, op, b = t.left, t.ops[0], t.comparators[0]
+    if isinstance(op, (ast.LtE, ast.Lt)):
+        a, b, op = b, a, ast.GtE() if isinstance(op, ast.LtE) else ast.Gt()
+    return isinstance(op, (ast.GtE, ast.Gt)) and isinstance(a, ast.Name) and a.id in pids and \
+        isinstance(b, ast.Name) and b.id in params and b.id not in pids
+
+
 def _unit(node: ast.Call) -> int | None:
     """The side of a min/max that is the literal 0 or 1, if one is (0: first, 1: second)."""
     for i, a in enumerate(node.args[:2]):
@@ -204,6 +243,7 @@ class Instrument(ast.NodeTransformer):
         self.jit = 1 if kernel else 0  # inside a @triton.jit function
         self.lines = source.splitlines()
         self.sizes: set[str] = set()  # element-count names of the function being visited (_empty_guard)
+        self.bounds: tuple[set[str], set[str]] = (set(), set())  # the kernel's (parameters, program ids)
 
     # --- probes -------------------------------------------------------------------------------------------------------
     def _key(self, node: ast.expr | ast.stmt, kind: str) -> str:
@@ -252,12 +292,15 @@ class Instrument(ast.NodeTransformer):
         self.depth += 1
         self.jit += jit
         outer, self.sizes = self.sizes, self.sizes | _sizes(node)
+        outer_bounds, self.bounds = self.bounds, (_parameters(node), _program_ids(node)) if jit or self.jit else \
+            (set(), set())
         try:
             node.body = self._block(node.body)
         finally:
             self.depth -= 1
             self.jit -= jit
             self.sizes = outer
+            self.bounds = outer_bounds
         return node
 
     visit_AsyncFunctionDef = visit_FunctionDef  # not in the grammar; instrumented alike rather than skipped
@@ -277,7 +320,7 @@ class Instrument(ast.NodeTransformer):
             node.body = [st for stmt in node.body for st in self._visit_stmt(stmt)]  # unprobed: runs on empty input
             node.orelse = self._block(node.orelse)
             return node
-        if self.depth and _guard(node):
+        if self.depth and (_guard(node) or self.jit and _overshoot_guard(node, *self.bounds)):
             node.orelse = self._block(node.orelse)
             return node
         node.test = self._cond(node.test) if self.depth else self.visit(node.test)

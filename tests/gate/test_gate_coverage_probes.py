@@ -318,3 +318,31 @@ def test_a_device_asserts_condition_is_exempt_like_an_assert():
     texts = {t for _, t in got}
     assert not texts & {"(N >= 0) & (N < 10 ** 9)", "N >= 0", "BLOCK >= 16"}, texts
     assert ("cond", "N < 10 ** 9") in got  # the same comparison as a value is a site
+
+
+def test_a_program_past_the_kernels_own_bound_may_exit_unseen():
+    """`if row >= M: return` with grid (M,) (an honest rmsnorm rewrite) was coverage.unreached: the launch never
+    overshoots, so the exit is never taken. A program id against one of the kernel's own parameters, body a bare
+    return, is exempt; a bound the kernel computes, a loaded value, or anything but a return stays a site."""
+    src = '''import triton.language as tl
+@triton.jit
+def k(x_ptr, M, N):
+    pid = tl.program_id(0)
+    row = tl.program_id(1).to(tl.int64)
+    if pid >= M:
+        return
+    if M <= row:
+        return
+    if row >= M - M // 4097:
+        return
+    v = tl.load(x_ptr)
+    if v >= M:
+        return
+    if pid >= N:
+        tl.store(x_ptr, 0.0)
+    q = pid + 1
+    if q >= M:
+        return
+'''
+    got = {t for kind, t in _by_text(coverage.sites(src)) if kind == "cond"}
+    assert got == {"row >= M - M // 4097", "v >= M", "pid >= N", "q >= M"}, got
