@@ -1,6 +1,7 @@
 """rmsnorm: y = x / sqrt(mean(x^2) + eps) * w over the hidden dim (llama's attn_norm of layer 0)."""
 import torch
 
+from autokernel.ops.rounding import norm_rounding
 from autokernel.ops.smollm2 import HIDDEN
 from autokernel.ops.spec import OpSpec, Shape, draw, elem_size, leading, row_shape, row_shapes, sample
 
@@ -11,6 +12,11 @@ EPS = (1e-6, 1e-5)  # llama's rms_norm_eps: 1e-5 (SmolLM2, Llama 3) or 1e-6 (Lla
 def reference(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     rstd = torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
     return x * rstd * weight
+
+
+def rounding(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """Each element's float32 floor, relative to itself (autokernel/ops/rounding.py norm_rounding)."""
+    return reference(x, weight, eps).abs() * norm_rounding(x.shape[-1])
 
 
 def make_inputs(shape: Shape, dtype, device, gen, dist="normal"):
@@ -27,6 +33,7 @@ def shape_of(x, weight, eps) -> Shape:
 SPEC = OpSpec(
     name="rmsnorm",
     reference=reference,
+    rounding=rounding,  # per element: a small element is never judged by the largest one's ulps
     make_inputs=make_inputs,
     shape_of=shape_of,
     flops=lambda s: 4 * s["M"] * s["N"],

@@ -109,3 +109,22 @@ def _block_eigen(B: int, device: str):
     i = torch.arange(B, dtype=torch.float64)
     lam, vec = torch.linalg.eigh(B - torch.maximum(i[:, None], i[None, :]))  # ascending
     return float(lam[-1]), float(lam[-2]), vec[:, -1].to(dtype=torch.float32, device=device)
+
+
+# --- elementwise ops: a floor per element, so a small element is never judged by the largest one's ulps -----------
+#
+# Without a floor an output is judged against its scale: 2 x eager's worst error + 4 ulps of its largest element.
+# Where one element is huge (an LLM residual stream's massive activation, 22,552 next to values of 0.5) every other
+# element inherits that slack: a residual rounded to a grid of the row's largest magnitude x 2^-21 (0.73% off on
+# its small elements) passed. These ops have no cancellation, so an honest float32 kernel is off by a few roundings
+# relative to each element; the floors below say how many, and tolerance.compare judges each element by its own.
+
+ELEMENT_ROUNDINGS = 8  # exp, divide, multiply and the final rounding of silu(g) * u, with a GPU's approximate exp
+# (ex2.approx: 2 ulps) counted twice
+
+
+def norm_rounding(n: int) -> float:
+    """The floor of each element of y = h * rsqrt(mean(h^2) + eps) * w over rows of n, relative to |y|: the float32
+    sum of n squares in any order (positive terms: at most LAMBDA Hoeffding units, u sqrt(n) of the sum, in the
+    module docstring's model), halved by the square root, plus the rsqrt's and the two products' roundings."""
+    return U32 * (LAMBDA * 0.5 * math.sqrt(n) + ELEMENT_ROUNDINGS / 2)

@@ -2,12 +2,18 @@
 import torch
 import torch.nn.functional as F
 
+from autokernel.ops.rounding import ELEMENT_ROUNDINGS, U32
 from autokernel.ops.smollm2 import FFN
 from autokernel.ops.spec import OpSpec, Shape, elem_size, row_shape, row_shapes, sample
 
 
 def reference(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
     return F.silu(gate) * up
+
+
+def rounding(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+    """Each element's float32 floor, relative to itself (autokernel/ops/rounding.py ELEMENT_ROUNDINGS)."""
+    return reference(gate, up).abs() * (ELEMENT_ROUNDINGS * U32)
 
 
 def make_inputs(shape: Shape, dtype, device, gen, dist="normal"):
@@ -22,6 +28,7 @@ def shape_of(gate, up) -> Shape:
 SPEC = OpSpec(
     name="silu_mul",
     reference=reference,
+    rounding=rounding,  # per element: a small element is never judged by the largest one's ulps
     make_inputs=make_inputs,
     shape_of=shape_of,
     flops=lambda s: 5 * s["M"] * s["N"],  # neg, exp, add, div, mul
