@@ -123,8 +123,12 @@ NARROW_METHODS = frozenset({"half", "bfloat16"})
 PRECISION_WORDS = ("tf32", "reduced_precision", "float32_matmul_precision", "allow_fp16", "allow_bf16")
 DOT_PRECISION = "ieee"  # tl.dot must say input_precision="ieee": the default is tf32 for fp32 operands on a GPU
 
+# typing's generic aliases, for annotations only (static_common.TYPE_NAMES): `-> Tuple[torch.Tensor, torch.Tensor]`
+TYPING_NAMES = frozenset({"Optional", "Tuple", "List", "Union", "Sequence"})
+
 FROM_IMPORTS.update({
     "__future__": frozenset({"annotations"}),
+    "typing": TYPING_NAMES,
     "triton": TRITON_DECORATORS | TRITON_HOST,
     "triton.language": TL_FUNCTIONS,
 })

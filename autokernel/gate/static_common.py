@@ -37,7 +37,8 @@ class BadStatement:
             self.expr(s.test)
 
 
-TYPE_NAMES = {f"torch.{t}" for t in A.TORCH_TYPES} | {"triton.language.constexpr", "triton.language.tensor"}
+TYPE_NAMES = {f"torch.{t}" for t in A.TORCH_TYPES} | {"triton.language.constexpr", "triton.language.tensor"} | \
+    {f"typing.{t}" for t in A.TYPING_NAMES}
 
 
 def literal(node: ast.AST) -> bool:

@@ -127,7 +127,9 @@ class Kinds:
             self.add("static.forbidden_call", e, f"{n}: a kernel used as a value; launch it as {n}[grid](...)")
         elif n in f.aliases:
             q = f.aliases[n]
-            if q in A.IMPORTS:
+            if q.startswith("typing."):
+                self.add("static.forbidden_syntax", e, f"{n}: typing's names are for annotations only")
+            elif q in A.IMPORTS:
                 self.add("static.forbidden_attribute", e, f"{n}: a module used as a value (aliases and subscripts "
                                                           "of modules escape the allowlist)")
             else:

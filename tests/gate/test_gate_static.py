@@ -634,3 +634,15 @@ def test_each_rule_is_what_rejects_its_fixtures(monkeypatch, stem, rule):
     monkeypatch.setattr(locals()[module], name, lambda *a, **k: None)
     r = check_file(fx.path, fx.op)
     assert r.passed, r.detail
+
+
+def test_typing_names_are_for_annotations_only():
+    """`from typing import Tuple` for `-> Tuple[torch.Tensor, torch.Tensor]` (an honest add_rmsnorm rewrite) was
+    static.forbidden_import; the generic aliases may annotate, never be values in a launcher or a kernel."""
+    head = "from typing import Optional, Tuple\n" + HEAD
+    ok = head + launcher("return y", "x: torch.Tensor, weight: Optional[torch.Tensor], eps: float")[len(HEAD):]
+    assert reasons(ok) == [], find(ok, "rmsnorm")
+    assert reasons(ok.replace("    return y", "    t = Tuple\n    return y")) == ["static.forbidden_syntax"]
+    kernel = ok.replace("    offs = tl.arange(0, BLOCK)\n", "    offs = tl.arange(0, BLOCK)\n    t = Optional\n")
+    assert reasons(kernel), find(kernel, "rmsnorm")
+    assert "static.forbidden_import" in reasons("from typing import get_type_hints\n" + ok)
