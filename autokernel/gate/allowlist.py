@@ -142,10 +142,13 @@ def describe() -> str:
     return "\n".join([
         "A candidate kernel file may contain only:",
         "- imports: `import torch`, `import triton`, `import triton.language as tl`, `import math`, "
-        "`from __future__ import annotations`, and `from triton import` / `from triton.language import` names "
-        "listed below (no other module, no renaming, no imports inside functions);",
+        "`from __future__ import annotations`, `from typing import` "
+        f"{names(TYPING_NAMES)} (for annotations only), and `from triton import` / `from triton.language import` "
+        "names listed below (no other module, no renaming, no imports inside functions);",
         "- module constants bound once to immutable literals (numbers, strings, tuples of them, "
-        "tl.constexpr(<literal>), dtypes); no lists, dicts, sets or calls at module level;",
+        "tl.constexpr(<literal>), dtypes); no lists, dicts, sets or calls at module level, except an autotune "
+        "config list (`CONFIGS = [triton.Config(...), ...]`, or a function that only returns one) named nowhere but "
+        "in configs=;",
         "- @triton.jit kernels, optionally under @triton.heuristics({'NAME': lambda args: <arithmetic on "
         "args['name']>}) or @triton.autotune(configs=[triton.Config({literals}, num_warps=<int>, "
         "num_stages=<int>)], key=['name', ...]) (no hooks, no other arguments);",
