@@ -51,9 +51,10 @@ def engine_job(payload: dict, inputs) -> dict:
 
     from autokernel import device, interp
     from autokernel.target import capture
-    from autokernel.target.launches import _failed
+    from autokernel.target.launches import _failed, run_in
     device.ensure_interpreter()
     interp.install()
+    run_in(payload["root"])
     try:
         if payload.get("candidate"):
             mod = capture.load_candidate(payload["module"], Path(inputs) / payload["candidate"])

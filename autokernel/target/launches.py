@@ -346,7 +346,24 @@ def _where(root: str) -> str:
 def _failed(stage: str, root: str, e: BaseException) -> dict:
     traceback.print_exc()  # the job's log (sandbox.log, written by the parent)
     last = (traceback.format_exception_only(type(e), e) or [type(e).__name__])[-1].strip()
-    return {"failed": stage, "detail": last[:500], "where": _where(root)}
+    return {"failed": stage, "detail": last[:500] + _hint(e), "where": _where(root)}
+
+
+def _hint(e: BaseException) -> str:
+    """What the sandbox changes that the error may come from (the engine ran fine outside it)."""
+    import errno
+    import socket
+    if isinstance(e, socket.gaierror) or isinstance(e, OSError) and e.errno in (errno.ENETUNREACH, errno.ECONNREFUSED):
+        return " [the sandbox has no network: load weights and configs from files]"
+    if isinstance(e, OSError) and e.errno == errno.EROFS:
+        return " [the checkout is read-only in the sandbox: write to tempfile.gettempdir()]"
+    return ""
+
+
+def run_in(root: str) -> None:
+    """The job's working directory: the checkout's root, as when the user runs the engine from it (a config or
+    weights file opened by a relative path was a bare FileNotFoundError from the sandbox's scratch directory)."""
+    os.chdir(root)
 
 
 def discover(payload: dict, inputs: Path) -> dict:
@@ -359,6 +376,7 @@ def discover(payload: dict, inputs: Path) -> dict:
     from autokernel import interp
     interpreted = interp.install()
     root, build = payload["root"], payload["build"]
+    run_in(root)
     hook = LaunchHook(root)
     hook.install()
     if not interpreted:

@@ -232,7 +232,10 @@ def _per_launcher(m) -> list[str]:
 
 
 def same_as_head(root: Path, rel: str) -> None:
-    """UserError unless the op's file in the work tree is HEAD's blob (autokernel.git.same_as_head)."""
+    """UserError unless the op's file (or the declaration) in the work tree is HEAD's blob (autokernel.git.
+    same_as_head): a commit lays the op's file over HEAD, and its Reproduce line (`autokernel verify --repo`) reads
+    HEAD's declaration there (an uncommitted autokernel.toml with the references filled in made a commit whose
+    Reproduce line failed on its own branch: no [ops.<op>])."""
     from autokernel import git as delivery
     delivery.same_as_head(root, rel, decl.checkout_file(root, root / rel, rel).read_bytes())
 
@@ -289,6 +292,10 @@ def pipeline(ctx, root: Path, op: str | None) -> list[TargetOutcome]:
     d = decl.load(root)
     if op is not None:
         gate.declared_op(root, op)  # bad input before the workload runs
+    if ctx.policy.git.commit:  # before the workload runs: what the commit's Reproduce line reads must be committed
+        same_as_head(root, decl.NAME)
+        if op is not None and d is not None:
+            same_as_head(root, d.ops[op].file)
     run_dir = paths.user_cache() / "run" / paths.run_name()
     run_dir.mkdir(parents=True)
     with ctx.console.status("profiling the target's workload in the sandbox …"):

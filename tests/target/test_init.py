@@ -101,6 +101,21 @@ def build_raises():
     raise FileNotFoundError("no weights at /nowhere/model.safetensors")
 
 
+def build_from_config():
+    with open("toy/config.txt") as f:  # relative to the checkout's root, as when the user runs the engine there
+        assert f.read().strip() == "hidden = 100"
+    return Engine()
+
+
+def build_writes():
+    open("weights.cache", "w").write("x")
+
+
+def build_online():
+    import socket
+    socket.getaddrinfo("huggingface.co", 443)
+
+
 def build_idle():
     return Idle()
 
@@ -234,6 +249,20 @@ def test_engine_flag_conflicting_with_the_declaration(tmp_path):
     write_decl(root, '[engine]\nbuild = "toy.engine:build"\n')
     with pytest.raises(UserError, match=r'set \[engine\] build = "toy.engine:build_idle" there'):
         init_command(root, "toy.engine:build_idle", False, None)
+
+
+def test_the_engine_runs_from_the_checkouts_root_and_the_sandbox_is_named_in_its_errors(tmp_path):
+    """A user's engine reading its config by a path relative to the repository root got a bare FileNotFoundError
+    (the sandbox's scratch directory was its working directory); one writing there, or reaching the network, got an
+    error that did not say the sandbox was why."""
+    root = toy(tmp_path / "ck")
+    (root / "toy" / "config.txt").write_text("hidden = 100\n")
+    assert init_command(root, "toy.engine:build_from_config", False, None) == 0
+    (root / decl.NAME).unlink()
+    for entry, hint in (("build_writes", "the checkout is read-only in the sandbox"),
+                        ("build_online", "the sandbox has no network")):
+        with pytest.raises(UserError, match=hint):
+            init_command(root, f"toy.engine:{entry}", False, None)
 
 
 @pytest.mark.parametrize("entry, message", [

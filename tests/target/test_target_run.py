@@ -106,3 +106,21 @@ def test_flags_of_autokernels_own_layout_are_refused_for_a_target(tmp_path, flag
     r = subprocess.run(CLI + ["run", "--repo", str(root), *flag], capture_output=True, text=True, timeout=120,
                        env={**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")})
     assert r.returncode == 2 and f"{flag[0]} applies to autokernel's own layout" in r.stderr, (r.stdout, r.stderr)
+
+
+@pytest.mark.parametrize("change", ["declaration", "op_file"])
+def test_an_uncommitted_declaration_or_op_file_is_refused_before_the_workload(tmp_path, change):
+    """A run with the references filled in an uncommitted autokernel.toml committed a win whose Reproduce line
+    (`autokernel verify --repo`, on the branch) failed: HEAD's declaration had no [ops.norm]. The declaration, like
+    the op's file, must be HEAD's: exit 2 naming it, before the workload runs, nothing written."""
+    repo = slow_checkout(tmp_path)
+    root = Path(repo.working_dir)
+    rel = "autokernel.toml" if change == "declaration" else "toyt/ops/norm.py"
+    (root / rel).write_text((root / rel).read_text() + "\n# an uncommitted edit\n")
+    before = (repo.head.commit.hexsha, repo.git.status("--porcelain"), sorted(h.name for h in repo.heads))
+    policy = tmp_path / "mine.yaml"
+    policy.write_text(USER_POLICY)
+    r = run(["--repo", str(root), "--agent", "search", "--op", "norm", "--policy", str(policy)], tmp_path)
+    assert r.returncode == 2 and f"{rel} differs from HEAD's copy" in r.stdout + r.stderr, (r.stdout, r.stderr)
+    assert "profiling" not in r.stdout and not (tmp_path / "cache" / "autokernel" / "run").exists()
+    assert (repo.head.commit.hexsha, repo.git.status("--porcelain"), sorted(h.name for h in repo.heads)) == before
