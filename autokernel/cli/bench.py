@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import List, Optional
 
 import typer
-from rich.console import Console
 
 from autokernel import device, paths
 from autokernel import policy as policy_mod
@@ -83,10 +82,8 @@ def bench_command(op: str, candidates: list[Path], trace: Path | None, as_json: 
     if as_json:
         print(json.dumps(data(m.to_dict()), indent=2, default=str))
     else:
-        console = Console()
-        if not console.is_terminal:  # logs and pipes: rich would wrap the table at 80 columns
-            console = Console(width=160)
-        render(m, console)
+        from autokernel.cli.console import make
+        render(m, make())
     return 0 if m.accepted else 1
 
 

@@ -22,10 +22,8 @@ OUT_OF_TIME = 3  # the exit code of a run that left work for --resume (module do
 
 
 def _console() -> Console:
-    """The commands' console. In a CI log or a pipe rich would wrap every line at 80 columns, cutting paths and branch
-    names mid-word: there lines are never wrapped (soft_wrap) and tables get at least 200 columns."""
-    console = Console()
-    return console if console.is_terminal else Console(width=max(console.width, 200), soft_wrap=True)
+    from autokernel.cli import console
+    return console.make()
 
 
 def interrupted(progress: run.Progress) -> int:

@@ -95,12 +95,12 @@ def _error(op: str, candidate, e: Exception, as_json: bool) -> int:
 
 def show(v) -> None:
     """A readable summary: one row per stage, the reason and detail of a failure, where the artifacts are."""
-    from rich.console import Console
     from rich.table import Table
 
+    from autokernel.cli.console import make as make_console
     from autokernel.untrusted import markup  # details and names come from the candidate: no markup, no escapes
 
-    console = Console()
+    console = make_console()
     table = Table(title=markup(f"verify {v.op}: {v.candidate}"), title_justify="left")
     for col in ("stage", "result", "reason", "detail", "time"):
         table.add_column(col, overflow="fold")

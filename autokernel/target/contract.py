@@ -390,6 +390,9 @@ class ReferenceTable:
         # the launcher returns no tensor: its outputs are these arguments (`inplace`); None: the end-to-end stage's
         # calls, whose outputs are the arguments each call changed (autokernel/target/refjob.py)
         self.inplace: list[str] | None = None
+        # how many outputs the launcher's calls are compared on (spec(): its returned tensors, the declared
+        # `outputs`, or its in-place outputs); None: unknown (the end-to-end stage's calls)
+        self.expect: tuple[int, str] | None = None
         self.table: dict[str, References] = {}
         self.jobs = 0
         self.seconds = 0.0
@@ -421,7 +424,11 @@ class ReferenceTable:
         got = data.get("sets")
         got = got if isinstance(got, dict) else {}
         for key in todo:
-            self.table[key] = _references(got.get(f"{key[:32]}.pt"), self.reference, self.tolerance)
+            self.table[key] = refs = _references(got.get(f"{key[:32]}.pt"), self.reference, self.tolerance)
+            if self.expect is not None and len(refs.ref64) != self.expect[0]:
+                n, what = self.expect
+                raise ReferenceError(f"the reference {self.reference} returns {len(refs.ref64)} tensor(s), but "
+                                     f"{n} output(s) of the launcher are compared ({what}): return those, in order")
 
     def __call__(self, kwargs: dict) -> References:
         r = self.table.get(digest(kwargs))
@@ -514,6 +521,11 @@ def spec(op: decl.Op, calls: LauncherCalls, table: ReferenceTable, seed: int = 0
                              "make inputs in")
     _makeable(op, calls.launcher, lays)
     table.inplace = inplace(op, calls)
+    picked = decl.indices(op.outputs.get(calls.launcher))
+    table.expect = (len(table.inplace), "the arguments it writes in place") if table.inplace else \
+        (len(picked), "its declared `outputs`") if picked else \
+        (sum(1 for d in calls.returns if d and d[0] == "tensor"), "the tensors it returned in the workload") \
+        if calls.returns else None
     model = [{"M": m, "layout": i} for i, lay in enumerate(lays) for m in (lay.m or (0,))]
     odd = [{"M": m, "layout": i} for i, lay in enumerate(lays) if lay.m for m in ODD_M]
     columns = size_columns(op, lays)

@@ -87,3 +87,13 @@ def test_registers_on_the_cli():
 
     command.register(app)
     assert "verify" in {c.name for c in app.registered_commands}
+
+
+def test_piped_output_never_splits_a_path(capsys, monkeypatch):
+    """In a log or a pipe rich wrapped at 80 columns and split the verdict.json path in two (a user's copy-paste
+    failed): the commands' console wraps nothing there (autokernel/cli/console.py)."""
+    from autokernel.cli import console
+    monkeypatch.setenv("COLUMNS", "80")
+    long = "/tmp/" + "a-long-directory-name/" * 8 + "verdict.json"
+    console.make().print(f"[dim]verdict: {long}[/dim]")
+    assert f"verdict: {long}\n" in capsys.readouterr().out

@@ -244,6 +244,9 @@ HOSTILE_REFERENCES = {
     "raises": ("def norm(x, eps):\n    raise RuntimeError('no reference today')\n", "no reference today"),
     "writes the checkout": ("import pathlib\n\ndef norm(x, eps):\n    pathlib.Path(__file__).write_text('pwned')\n"
                             "    return x\n", "Read-only file system"),
+    # one output more than the launcher's: was numeric.bad_output on every candidate (exit 1), the incumbent's too
+    "returns two": ("def norm(x, eps):\n    y = x * (x.pow(2).mean(-1, keepdim=True) + eps).rsqrt()\n"
+                    "    return y, y\n", "returns 2 tensor(s), but 1 output(s) of the launcher are compared"),
 }
 
 
