@@ -27,6 +27,13 @@ def init_command(repo: Path | None, engine: str | None, force: bool, policy_file
     verb = target_init.declare(root, found, build, d, job_dir)
     typer.echo(f"{verb} {root / decl.NAME}: {len(d.ops)} op(s) ({', '.join(op.name for op in d.ops)}); "
                "next: set each reference (docs/targets.md)")
+    for op in d.ops:
+        if not any(x.plain for x in op.launchers()):  # declared launchers = ["TODO"]: say why, not only in the file
+            sites = sorted({f"{x.site.file}:{x.site.function}" for x in op.launches if x.site is not None})
+            typer.echo(f"warning: [ops.{op.name}] has no launcher in {op.file}"
+                       + (f" (its kernels are launched from {', '.join(sites[:3])})" if sites else "")
+                       + ": a launcher is a plain function of the kernel's own file; move or wrap the launch there, "
+                       "or set protected = true", err=True)
     typer.echo(f"discovery record: {job_dir / 'discovery.json'}")
     return 0
 

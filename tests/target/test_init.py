@@ -251,6 +251,23 @@ def test_engine_flag_conflicting_with_the_declaration(tmp_path):
         init_command(root, "toy.engine:build_idle", False, None)
 
 
+def test_a_kernel_launched_only_from_another_file_is_named_in_a_warning(tmp_path, capsys):
+    """vLLM style, the kernel in one file and its launcher in another: init wrote `launchers = ["TODO"]` and said
+    only "next: set each reference"; why is now a warning line, naming where the kernel is launched from."""
+    root = toy(tmp_path / "ck")
+    (root / "toy/api.py").write_text("import torch\nimport triton\nfrom toy.ops.add import _add_kernel\n\n\n"
+                                     "def add(x, y):\n    out = torch.empty_like(x)\n"
+                                     "    _add_kernel[(triton.cdiv(x.numel(), 64),)](x, y, out, x.numel(), BLOCK=64)\n"
+                                     "    return out\n")
+    engine = root / "toy/engine.py"
+    engine.write_text(engine.read_text().replace("from toy.ops.add import add", "from toy.api import add"))
+    assert init_command(root, "toy.engine:build", False, None) == 0
+    err = capsys.readouterr().err
+    assert "warning: [ops.add] has no launcher in toy/ops/add.py (its kernels are launched from toy/api.py:add)" \
+        in err, err
+    assert 'launchers = ["TODO"]' in (root / decl.NAME).read_text()
+
+
 def test_the_engine_runs_from_the_checkouts_root_and_the_sandbox_is_named_in_its_errors(tmp_path):
     """A user's engine reading its config by a path relative to the repository root got a bare FileNotFoundError
     (the sandbox's scratch directory was its working directory); one writing there, or reaching the network, got an
