@@ -146,7 +146,8 @@ def test_run_works_on_a_several_launcher_op(tmp_path, monkeypatch):
 
         def print(self, *a, **k):
             printed.append(" ".join(map(str, a)))
-    ctx = SimpleNamespace(console=Console(), profile_policy=Policy(), policy=Policy())
+    # git.commit off: this checkout is no git repository (a committing run first checks the declaration is HEAD's)
+    ctx = SimpleNamespace(console=Console(), profile_policy=Policy(), policy=Policy(git={"commit": False}))
     assert target_run.pipeline(ctx, root, None) == ["pair"]
     assert target_run.pipeline(ctx, root, "pair") == ["pair"]
     assert reached == ["pair", "pair"] and not any("skipping" in p for p in printed), printed
