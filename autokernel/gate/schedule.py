@@ -293,6 +293,8 @@ def plan(spec: OpSpec, shapes: list[dict] | None, dtypes: list[torch.dtype] | No
     ranged = [s for s in range_shapes(spec, traced, seed, max_rows, thresholds) if s not in full_shapes + swept]
     modeled = model_dims_shape(spec, traced, seed, max_rows)
     ranged += [modeled] if modeled and modeled not in full_shapes + swept + ranged else []
+    corner = corner_shape(spec, traced, seed, max_rows)
+    ranged += [corner] if corner and corner not in full_shapes + swept + ranged else []
     ranged += [s for s in _top_on_every_width(spec, traced, ranged) if s not in full_shapes + swept + ranged]
     picked = range_dim(spec, traced)
     crossing = _crossings(picked, max_rows, thresholds, seed)
@@ -463,6 +465,46 @@ def model_dims_shape(spec: OpSpec, traced: list[dict[str, int]], seed: int, max_
         return None
     q = secret_prime(random.Random(derive(seed, "model_dims", dim)), lo - lo // 8, lo + 1)
     return at(q if q else lo)
+
+
+CORNER_BATCH = (16, 48)  # the joint corner's batch: a secret size in this range (production decode batches)
+CORNER_LENGTH = (128, 512)  # and its length, a secret size in this range, shortened only to fit CORNER_COST_FACTOR
+CORNER_COST_FACTOR = 2.5  # times the top range case's cost (the costliest call of the plan below the CPU cap)
+CORNER_MIN_LENGTH = 32  # the shortest length the corner shrinks to
+
+
+def corner_shape(spec: OpSpec, traced: list[dict[str, int]], seed: int, max_rows: int) -> dict[str, int] | None:
+    """Both axes production grows at once: the batch (the swept dimensions besides the range one) at a secret size
+    in CORNER_BATCH and the range dimension at a secret size in CORNER_LENGTH, on the range cases' small heads. The
+    sweep moves one axis at a time (the batch past the traced budget on a short context, the length on two rows), so
+    a kernel wrong only when both are large (the scale x 1.5 at B >= 16 and kv_len >= 128, integer arithmetic) was
+    exact everywhere the plan looked. The length shrinks (down to CORNER_MIN_LENGTH), then the batch to the range's
+    smallest, to cost at most CORNER_COST_FACTOR times the top range case; None where the op has no batch axis besides
+    its range, or nothing fits."""
+    picked = range_dim(spec, traced)
+    if picked is None or max_rows <= 1:
+        return None
+    dim, base = picked
+    base = {**base, **spec.extra.get("corner_base", {})}  # fewer heads where the range cases keep the model's
+    batch = [d for d in spec.extra.get("sweep", ()) if d != dim and d in base]
+    ranged = range_shapes(spec, traced, seed, max_rows)
+    if not batch or not ranged:
+        return None
+    tied = RANGE_OVERRIDES.get(spec.name, NO_OVERRIDE)[2]
+    r = random.Random(derive(seed, "corner"))
+    b = secret_prime(r, *CORNER_BATCH) or CORNER_BATCH[0] + 1
+    length = min(secret_prime(r, *CORNER_LENGTH) or CORNER_LENGTH[0] + 1, max_rows)
+    limit = CORNER_COST_FACTOR * max(cost(spec, s) for s in ranged)
+
+    def at(n: int, v: int) -> dict[str, int]:
+        return {**base, **{d: n for d in batch}, dim: v, **{t: v for t in tied}}
+    for n in (b, CORNER_BATCH[0] + 1):  # the secret batch, else the corner's smallest
+        v = length
+        while v > CORNER_MIN_LENGTH and cost(spec, at(n, v)) > limit:
+            v = v * 7 // 8 | 1
+        if cost(spec, at(n, v)) <= limit:
+            return at(n, v)
+    return None
 
 
 # --- calls -----------------------------------------------------------------------------------------------------------

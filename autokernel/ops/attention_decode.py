@@ -70,7 +70,8 @@ SPEC = OpSpec(
     # was accepted while the batch stayed within that budget, 9); a secret context of 3-24 positions first (a kernel
     # reading two positions for batches past the heads count was exact at the two-position base), then 3, then 2 for
     # the largest batches; the context grows in the production range.
-    extra={"sweep": ("B",), "cheap_base": [{"L": (3, 24), "S": "L"}, {"L": 3, "S": "L"}, {"L": 2, "S": 2}]},
+    extra={"sweep": ("B",), "cheap_base": [{"L": (3, 24), "S": "L"}, {"L": 3, "S": "L"}, {"L": 2, "S": 2}],
+           "corner_base": {"Hq": 3, "Hkv": 1}},  # the batch x context corner on one head group (schedule.corner_shape)
     doc="Decode attention: q (B, Hq, D) is each sequence's newest query; k_cache and v_cache (B, Hkv, S_max, D) "
         "hold kv_len filled positions (a python int; positions from kv_len on are stale and must not be read); "
         "kv_start int32 (B,) marks left padding. Query head h reads kv head h // (Hq // Hkv); cache position j is "

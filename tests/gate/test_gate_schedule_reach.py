@@ -198,3 +198,20 @@ def test_production_maximum_joins_the_floor_where_its_work_is_linear(monkeypatch
         assert out["checked"] and out["vouched"] == out["rows"] > 8192 - 8192 // 64, (op, out)
     out = reach("attention")
     assert not out["checked"] and out["vouched"] == 1024, out
+
+
+def test_a_joint_corner_has_a_large_batch_and_a_long_context_together():
+    """attention_decode/corner_scale_bigbatch_longctx (x 1.5 scale at B >= 16 and kv_len >= 128, integer arithmetic):
+    the plan moved one axis at a time. A corner case puts both past production's thresholds at once, secret sizes,
+    on one head group; rope and the prefill get one too."""
+    for op, length in (("attention_decode", "L"), ("attention", "T"), ("rope", "T")):
+        spec = get(op)
+        corners = set()
+        for seed in range(8):
+            plan = schedule.plan(spec, None, None, None, ("normal", "mixed"), seed=seed, max_rows=1024)
+            joint = [s for s, *_ in plan if s["B"] >= schedule.CORNER_BATCH[0] and s[length] >= 32]
+            assert joint, (op, seed)
+            corners.add((joint[-1]["B"], joint[-1][length]))
+            if op == "attention_decode":
+                assert any(s["L"] >= 128 for s in joint), joint
+        assert len(corners) > 1, corners  # secret: the seed's, not a constant
