@@ -188,7 +188,8 @@ def _check_outputs(rnd: Round, ci: int, kept) -> str:
         reps.add(rep)
         refs = rnd.reference(ci, rep)
         # the gate's comparison: no output passes here that the gate rejects
-        j = compare_outputs(outs, refs.ref64, refs.eager, None, refs.floors, refs.any_layout, refs.declared)
+        j = compare_outputs(outs, refs.ref64, refs.eager, None, refs.floors, refs.any_layout, refs.declared,
+                            refs.elementwise)
         if j.reason == "numeric.bad_output":
             return f"repetition {rep}: {j.detail}"
         if not j.ok:

@@ -370,7 +370,7 @@ def judge_calls(op: str, blob) -> tuple[int, str, set[tuple[str, str]]]:
             return -1, f"captured call {k} is malformed", seen
         outs = outs if isinstance(outs, list) else [outs]
         refs = references(spec, kwargs)
-        j = compare_outputs(outs, refs.ref64, refs.eager, None, refs.floors)
+        j = compare_outputs(outs, refs.ref64, refs.eager, None, refs.floors, elementwise=refs.elementwise)
         if not j.ok:
             shapes = ", ".join(f"{n} {tuple(v.shape)} {str(v.dtype).removeprefix('torch.')}"
                                for n, v in kwargs.items() if isinstance(v, torch.Tensor))

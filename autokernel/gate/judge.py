@@ -108,7 +108,7 @@ def judge_call(outs: list, refs: References, poison: dict[str, int], where: str,
     autokernel.ops.tolerance.compare_outputs, the one comparison the benchmark and the kernel tests use too. `worst`
     collects max error / bound per dtype."""
     j = compare_outputs(outs, refs.ref64, refs.eager, lambda t: poisoned(t, poison), refs.floors, refs.any_layout,
-                        refs.declared)
+                        refs.declared, refs.elementwise)
     for name, ratio in j.ratios.items():
         worst[name] = max(worst.get(name, 0.0), ratio)
     if j.reason is not None:  # not j.ok

@@ -46,6 +46,7 @@ SPEC = OpSpec(
     bytes_moved=lambda s, dt: (4 * s["M"] * s["N"] + s["N"]) * elem_size(dt),
     model_shapes=row_shapes(HIDDEN),
     odd_shapes=({"M": 3, "N": 431}, {"M": 1, "N": 6}, {"M": 37, "N": 1823}),
+    extra={"elementwise": True},  # every dtype's output judged per element (autokernel/ops/tolerance.py)
     doc="Residual add then RMSNorm, fused: h = residual + x (rounded to x's dtype), y = h / sqrt(mean(h^2, -1) + "
         "eps) * weight over the last dim of x, residual (..., N), weight (N,). Returns the tuple (y, h) of new "
         "tensors in x's dtype; accumulate in float32.",

@@ -40,6 +40,7 @@ SPEC = OpSpec(
     bytes_moved=lambda s, dt: (2 * s["M"] * s["N"] + s["N"]) * elem_size(dt),
     model_shapes=row_shapes(HIDDEN),
     odd_shapes=({"M": 3, "N": 431}, {"M": 1, "N": 6}, {"M": 37, "N": 1823}),
+    extra={"elementwise": True},  # every dtype's output judged per element (autokernel/ops/tolerance.py)
     doc="Root-mean-square normalisation of each row of x (..., N), then an elementwise scale by weight (N,). "
         "Accumulate in float32; the output has x's dtype.",
 )

@@ -35,6 +35,7 @@ SPEC = OpSpec(
     bytes_moved=lambda s, dt: 3 * s["M"] * s["N"] * elem_size(dt),
     model_shapes=row_shapes(FFN),
     odd_shapes=({"M": 3, "N": 431}, {"M": 1, "N": 6}, {"M": 37, "N": 1823}),
+    extra={"elementwise": True},  # every dtype's output judged per element (autokernel/ops/tolerance.py)
     doc="SwiGLU gating: out = silu(gate) * up = gate / (1 + exp(-gate)) * up, elementwise over gate and up "
         "(..., N) of the same shape and dtype. Compute in float32; the output has the inputs' dtype.",
 )

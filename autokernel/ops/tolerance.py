@@ -53,13 +53,14 @@ def eps(dtype: torch.dtype) -> float:
 
 
 def compare(out: torch.Tensor, ref64: torch.Tensor, eager: torch.Tensor, dtype: torch.dtype,
-            floor: torch.Tensor | None = None, eager_err: float | None = None) -> Closeness:
+            floor: torch.Tensor | None = None, eager_err: float | None = None, elementwise: bool = False) -> Closeness:
     """Is `out` (computed in `dtype`) as close to the float64 truth as eager torch is? The bare rule:
     compare_outputs() is what decides a verdict. `floor` (elementwise, OpSpec.rounding) is the error float32
     accumulation can make where the op amplifies rounding: eager's error, one rounding order among many, counts as at
     least that there. For a float32 output with a floor every term is per element: 2 x max(floor, eager's error
     there) + ULPS ulps of the element. `eager_err` replaces the measured eager error (compare_outputs() does where
-    eager itself broke)."""
+    eager itself broke). `elementwise` (an op without cancellation: References.elementwise): every dtype's output
+    is judged per element, half precision too."""
     r = ref64.detach().to(torch.float64).cpu()
     o = out.detach().to(torch.float64).cpu()
     e = eager.detach().to(torch.float64).cpu()
@@ -76,13 +77,17 @@ def compare(out: torch.Tensor, ref64: torch.Tensor, eager: torch.Tensor, dtype: 
         return Closeness(finite and max_err <= bound, max_err if finite else float("inf"), eager_err, bound, scale)
     err = (o - r).abs()
     f = floor.detach().to(torch.float64).cpu()
-    if dtype == torch.float32 and not overridden:
+    if elementwise or dtype == torch.float32 and not overridden:
         # The floor models float32 arithmetic: for a float32 output it is the whole allowance, element by element.
         # Eager's error and the few ulps count where they are, not at the output's worst element, which would hand
         # every element the slack of the largest (a kernel cutting operands to 19 bits passed at K = 576 on that).
         # Below the smallest normal float32 arithmetic is absolute (gradual underflow: a sum of L products whose
         # terms underflow is off by up to ~L/2 denormal steps, and a GPU flushes them to zero): ULPS of `tiny` there.
-        allowed = EAGER_FACTOR * torch.maximum(f, (e - r).abs()) + ULPS * (eps(dtype) * r.abs()).clamp(min=tiny)
+        # An op without cancellation (`elementwise`) is judged so in every dtype; where eager broke (an fp16 x^2
+        # overflowing beside a massive activation) its term is the few ulps a healthy eager makes, of each element.
+        eager_term = (e - r).abs() if not overridden else \
+            (BROKEN_EAGER_ULPS - ULPS) / EAGER_FACTOR * eps(dtype) * r.abs()
+        allowed = EAGER_FACTOR * torch.maximum(f, eager_term) + ULPS * (eps(dtype) * r.abs()).clamp(min=tiny)
     else:  # narrower outputs add their own rounding, and tensor-core arithmetic, that the float32 floor leaves out
         allowed = EAGER_FACTOR * f.clamp(min=eager_err) + slack
     worst = int(torch.argmax(torch.nan_to_num(err / allowed, nan=float("inf"))))  # the element nearest its bound
@@ -101,6 +106,10 @@ class References:
     floors: list
     any_layout: bool = False  # a target's op: its launcher's outputs may be views in any layout (Liger's rope)
     declared: dict | None = None  # a target's declared {atol, rtol}: replaces the derived bound (docs/targets.md)
+    # an op without cancellation (OpSpec.extra['elementwise']: rmsnorm, add_rmsnorm, silu_mul): each element of
+    # every dtype judged by its own ulps (a half-precision residual on a grid of 4 ulps of its row's largest
+    # magnitude, a third of it zeroed, passed the output-scale bound in bf16)
+    elementwise: bool = False
 
 
 def references(spec, kwargs: dict) -> References:
@@ -116,7 +125,7 @@ def references(spec, kwargs: dict) -> References:
     ref64 = outs(spec.reference(**upcast(kwargs)))
     eager = outs(spec.reference(**{k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}))
     floors = outs(spec.rounding(**upcast(kwargs))) if spec.rounding is not None else [None] * len(ref64)
-    return References(ref64, eager, floors)
+    return References(ref64, eager, floors, elementwise=bool(spec.extra.get("elementwise")))
 
 
 @dataclass(frozen=True)
@@ -135,7 +144,8 @@ class Comparison:
 
 def compare_outputs(outs: list, ref64: list, eager: list,
                     unwritten: Callable[[torch.Tensor], torch.Tensor | None] | None = None,
-                    floors: list | None = None, any_layout: bool = False, declared: dict | None = None) -> Comparison:
+                    floors: list | None = None, any_layout: bool = False, declared: dict | None = None,
+                    elementwise: bool = False) -> Comparison:
     """Every element of every output of one call against the float64 reference `ref64` and eager torch `eager` (the
     reference run in the call's dtype), in order: count, type, shape, dtype and layout (contiguous where eager is),
     elements never written (`unwritten(t)`: a mask of the elements still holding the allocation poison, the gate's
@@ -146,7 +156,8 @@ def compare_outputs(outs: list, ref64: list, eager: list,
         return Comparison("numeric.bad_output", f"{len(outs)} outputs, the reference has {len(eager)}", ratios)
     for i, (o, e, r) in enumerate(zip(outs, eager, ref64)):
         f = floors[i] if floors else None
-        why = _layout(i, o, e, any_layout) or _unwritten(i, o, unwritten) or _values(i, o, e, r, f, ratios, declared)
+        why = _layout(i, o, e, any_layout) or _unwritten(i, o, unwritten) or \
+            _values(i, o, e, r, f, ratios, declared, elementwise)
         if why:
             return Comparison(*why, ratios)
     return Comparison(None, "", ratios)
@@ -173,7 +184,8 @@ def _unwritten(i: int, o: torch.Tensor, unwritten) -> tuple[str, str] | None:
 
 
 def _values(i: int, o: torch.Tensor, e: torch.Tensor, r: torch.Tensor, floor: torch.Tensor | None,
-            ratios: dict[str, float], declared: dict | None = None) -> tuple[str, str] | None:
+            ratios: dict[str, float], declared: dict | None = None,
+            elementwise: bool = False) -> tuple[str, str] | None:
     o, e, r = o.detach().cpu(), e.detach().cpu(), r.detach().cpu()
     if not o.is_floating_point():
         differ = int((o != r.to(o.dtype)).sum())
@@ -197,7 +209,7 @@ def _values(i: int, o: torch.Tensor, e: torch.Tensor, r: torch.Tensor, floor: to
         return "numeric.nonfinite", f"{int(bad.sum())} NaN/Inf in output {i} where the reference is finite"
     if declared:
         return _declared(i, o, r, finite_ref, declared, ratios)
-    return _bound(i, o, e, r, finite_ref, floor, ratios)
+    return _bound(i, o, e, r, finite_ref, floor, ratios, elementwise)
 
 
 def _declared(i: int, o: torch.Tensor, r: torch.Tensor, finite_ref: torch.Tensor, declared: dict,
@@ -218,15 +230,16 @@ def _declared(i: int, o: torch.Tensor, r: torch.Tensor, finite_ref: torch.Tensor
 
 
 def _bound(i: int, o: torch.Tensor, e: torch.Tensor, r: torch.Tensor, finite_ref: torch.Tensor,
-           floor: torch.Tensor | None, ratios: dict[str, float]) -> tuple[str, str] | None:
+           floor: torch.Tensor | None, ratios: dict[str, float], elementwise: bool = False) -> tuple[str, str] | None:
     """The derived bound (compare), or BROKEN_EAGER_ULPS of the output's scale where eager itself broke."""
-    c = compare(o, r, e, o.dtype, floor)
+    c = compare(o, r, e, o.dtype, floor, elementwise=elementwise)
     ulp_scale = eps(o.dtype) * max(c.scale, torch.finfo(o.dtype).tiny)
     eager_broken = not bool(torch.isfinite(e.to(torch.float64))[finite_ref].all()) or \
         c.eager_err > BROKEN_EAGER_FRACTION * c.scale
     if eager_broken:  # judged as if eager were healthy: (BROKEN_EAGER_ULPS - ULPS) / EAGER_FACTOR ulps off
         broken = c.eager_err
-        c = compare(o, r, e, o.dtype, floor, eager_err=(BROKEN_EAGER_ULPS - ULPS) / EAGER_FACTOR * ulp_scale)
+        c = compare(o, r, e, o.dtype, floor, eager_err=(BROKEN_EAGER_ULPS - ULPS) / EAGER_FACTOR * ulp_scale,
+                    elementwise=elementwise)
         detail = f"max error {c.max_err:.3g} vs bound {c.bound:.3g} ({BROKEN_EAGER_ULPS:g} ulps of scale " \
                  f"{c.scale:.3g}: eager torch itself is off by {broken:.3g} here)"
     else:

@@ -19,7 +19,7 @@ def _outputs(res):
 
 def verdict(outs: list, refs) -> str | None:
     """None if the outputs pass, else the comparison's reason and detail (what `check` asserts on)."""
-    j = compare_outputs(outs, refs.ref64, refs.eager, None, refs.floors)
+    j = compare_outputs(outs, refs.ref64, refs.eager, None, refs.floors, elementwise=refs.elementwise)
     return None if j.ok else f"{j.reason}: {j.detail}"
 
 
