@@ -215,3 +215,24 @@ def test_a_joint_corner_has_a_large_batch_and_a_long_context_together():
             if op == "attention_decode":
                 assert any(s["L"] >= 128 for s in joint), joint
         assert len(corners) > 1, corners  # secret: the seed's, not a constant
+
+
+def test_far_positions_end_a_random_row_and_outliers_sit_in_channel_runs():
+    """rope_far_nonlast (positions past 8,180 off in every row but the last) and add_rmsnorm_channel_run_long (a
+    channel large in six consecutive rows, only past 512 rows) were exact on the gate's inputs: the far positions
+    always ended the last row, and outliers were scattered one by one. Now a random row ends at the context's last
+    position, and a few channels are far out down runs of rows, as an LLM's massive activations are; drawing them
+    leaves the case's generator where it was."""
+    from autokernel.ops.rope import CONTEXT, make_positions
+    far_rows = {int(make_positions(4, 5, "cpu", torch.Generator().manual_seed(s))[:, -1].argmax()) for s in range(24)}
+    assert len(far_rows) > 2, far_rows
+    g = torch.Generator().manual_seed(0)
+    x = sample((600, 576), torch.float32, "cpu", g, "outliers")
+    after = torch.randn(3, generator=g)
+    big = x.abs() >= 100
+    runs = (big[:-5] & big[1:-4] & big[2:-3] & big[3:-2] & big[4:-1] & big[5:]).any(0)  # 6 rows in a row, a channel
+    assert bool(runs.any())
+    g2 = torch.Generator().manual_seed(0)
+    torch.randn((600, 576), generator=g2), torch.rand((600, 576), generator=g2), torch.rand((600, 576), generator=g2)
+    assert torch.equal(after, torch.randn(3, generator=g2))  # the case's other values stay the seed's
+    assert int(make_positions(4, 5, "cpu", torch.Generator().manual_seed(0)).max()) < CONTEXT
