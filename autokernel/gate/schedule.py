@@ -18,6 +18,8 @@ State and sampling must not pay (docs/shortcuts.md, "memoising", "phase detectio
   query heads, a 4,099-row table); one more case puts them at the model's own values (the traced batch, heads and kv
   heads, vocabulary) at the largest leading size that costs at most MODEL_DIMS_COST_FACTOR times the top range case
   (model_dims_shape): a condition on B > 1, Hkv > 1 or the real vocabulary together with a long sequence runs too.
+- Both axes at once. The sweep moves one axis at a time; one more case (corner_shape) puts the batch and the length
+  past production's thresholds together (a secret batch in [16, 48), a secret length in [128, 512)).
 - Calls. Every case starts with a call on fresh inputs ("fresh"). "Full" cases add: the same values at new addresses
   ("copy", which must give the same bits), the tensors refilled in place with new values ("refill" b) and with the
   first values changed at a few random elements ("refill" t: a memo keyed on a hash of sampled elements returns a
